@@ -193,7 +193,11 @@ def make_tree(sdist: Path, version: str, version_dir: Path, overlay: Path, build
             files = failing_files(proc.stdout) or ["(see git apply output)"]
             raise BuildError(f"patch {name} does not apply: {', '.join(files)}")
         git(tree, "add", "-A", "-f")
-        git(tree, "commit", "-q", "--allow-empty", "-m", name)
+        # The patch header becomes the commit message, so that
+        # scripts/export-series.py can write the series back out.
+        header = patch.read_text().split("\ndiff --git", 1)[0].strip() or name
+        git(tree, "commit", "-q", "--allow-empty", "-m",
+            f"{header}\n\nPatch: {name.removesuffix('.patch')}")
     if overlay.is_dir():
         shutil.copytree(overlay, tree, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -61,9 +61,12 @@ def test_series_applies_to_pristine(tmp_path):
     proc = build("--tree-only", "--build-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     tree = tmp_path / f"vllm-{VERSION}"
-    log = subprocess.run(["git", "log", "--format=%s", "--reverse"], cwd=tree,
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    assert log == [f"vllm {VERSION} sdist, pristine", *series(), "overlay"]
+    log = subprocess.run(["git", "log", "--format=%s|%(trailers:key=Patch,valueonly)",
+                          "--reverse"], cwd=tree, capture_output=True, text=True,
+                         check=True).stdout.split("\n\n")
+    names = [entry.strip().split("|")[-1].strip() for entry in log if entry.strip()]
+    assert names[0] == "" and names[-1] == "", log   # pristine, overlay
+    assert [n + ".patch" for n in names[1:-1]] == series()
     # Every overlay file landed unchanged.
     for f in (REPO / "overlay").rglob("*"):
         if f.is_file() and "__pycache__" not in f.parts:

@@ -1,0 +1,404 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Ulysses sequence parallelism (SP) for inference.
+
+Why: tensor parallelism (TP) splits every matmul and pays an all-reduce per
+layer on *all* tokens; for long prompts the time to first token is then
+bounded by communication.  Ulysses splits the *tokens* of a step across SP
+ranks instead.  Everything outside attention (embeddings, QKV/O projections,
+MLP, norms) runs on 1/SP of the tokens with the usual TP sharding of the
+weights.  Attention needs every token, so around it one all-to-all turns
+"my tokens, all my TP heads" into "all tokens, 1/SP of my TP heads", and a
+second all-to-all turns the output back.  Each GPU then attends with
+H/(TP*SP) query heads and keeps H_kv/(TP*SP) KV heads in its cache.
+
+Rank layout (outermost to innermost): DP x PP x SP x TP.  The TP group of a
+rank is contiguous, as upstream.  Worked example, TP=2, SP=2 (world 4)::
+
+    rank:        0  1  2  3
+    tp rank:     0  1  0  1        TP groups   [0, 1], [2, 3]
+    sp rank:     0  0  1  1        SP groups   [0, 2], [1, 3]
+    full-TP:     0  2  1  3        full-TP group [0, 2, 1, 3]
+
+The full-TP group holds the TP*SP ranks of one replica, ordered so that its
+member i = tp_rank*SP + sp_rank.  A plain TP=TP*SP model then puts on rank
+i exactly the q and KV heads that Ulysses puts there (TP rank t owns heads
+[t*H/TP, (t+1)*H/TP); its SP rank s takes chunk s of those), so the KV
+cache is laid out identically in both modes.  Shift parallelism relies on
+that to switch modes step by step over one shared cache.
+
+When a TP rank has fewer KV heads than SP, its KV heads are replicated
+before the exchange so that every SP rank receives the KV head its q heads
+use -- again exactly what plain TP over TP*SP ranks would hold.
+
+This name is unrelated to vLLM's compile pass ``pass_config.enable_sp``
+(Megatron-style sequence parallelism inside TP) and to the MoE helpers
+called ``sequence_parallel_*``; with Ulysses SP the compile pass is turned
+off (see ``verify_config``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from vllm.logger import init_logger
+
+if TYPE_CHECKING:
+    from vllm.config import ParallelConfig, VllmConfig
+    from vllm.distributed.parallel_state import GroupCoordinator
+
+logger = init_logger(__name__)
+
+_SP: GroupCoordinator | None = None
+_FULL_TP: GroupCoordinator | None = None
+
+
+# ---------------------------------------------------------------- groups
+
+def get_sp_group() -> GroupCoordinator:
+    assert _SP is not None, "sequence parallel (Ulysses) group is not initialized"
+    return _SP
+
+
+def get_full_tp_group() -> GroupCoordinator:
+    """The TP*SP ranks of one model replica, in full-TP rank order."""
+    assert _FULL_TP is not None, "full tensor parallel group is not initialized"
+    return _FULL_TP
+
+
+def sp_size() -> int:
+    return 1 if _SP is None else _SP.world_size
+
+
+def sp_rank() -> int:
+    return 0 if _SP is None else _SP.rank_in_group
+
+
+def sp_group_ranks(all_ranks: torch.Tensor) -> list[list[int]]:
+    """``all_ranks`` is shaped (ExternalDP, DP, PP, PCP, SP, TP)."""
+    return [g.tolist() for g in all_ranks.transpose(4, 5).reshape(-1, all_ranks.shape[4])]
+
+
+def full_tp_group_ranks(all_ranks: torch.Tensor) -> list[list[int]]:
+    """Ranks ordered (tp, sp): member tp_rank*SP + sp_rank."""
+    sp, tp = all_ranks.shape[4], all_ranks.shape[5]
+    return [g.tolist() for g in all_ranks.transpose(4, 5).reshape(-1, sp * tp)]
+
+
+def init_groups(all_ranks: torch.Tensor, local_rank: int, backend: str) -> None:
+    """Called by ``initialize_model_parallel`` on every rank (group creation
+    is collective over the world)."""
+    from vllm.distributed.parallel_state import init_model_parallel_group
+
+    global _SP, _FULL_TP
+    assert _SP is None and _FULL_TP is None, "Ulysses groups are already initialized"
+    _SP = init_model_parallel_group(sp_group_ranks(all_ranks), local_rank, backend,
+                                    group_name="sp")
+    _FULL_TP = init_model_parallel_group(full_tp_group_ranks(all_ranks), local_rank,
+                                         backend, group_name="full_tp")
+    if _SP.world_size > 1:
+        logger.info_once("Ulysses SP: rank %d is SP rank %d of %d, full-TP rank %d of %d",
+                         dist.get_rank(), _SP.rank_in_group, _SP.world_size,
+                         _FULL_TP.rank_in_group, _FULL_TP.world_size)
+
+
+def destroy_groups() -> None:
+    global _SP, _FULL_TP
+    for group in (_SP, _FULL_TP):
+        if group is not None:
+            group.destroy()
+    _SP = _FULL_TP = None
+
+
+def graph_capture_groups() -> list[GroupCoordinator]:
+    """Groups whose collectives run inside captured CUDA graphs."""
+    return [g for g in (_SP, _FULL_TP) if g is not None and g.world_size > 1]
+
+
+# ---------------------------------------------------------------- all-to-all
+
+def _all_to_all(x: torch.Tensor, group_name: str) -> torch.Tensor:
+    """x: [SP, ...]; block j goes to SP rank j; block j of the result came
+    from SP rank j."""
+    from vllm.distributed.parallel_state import _groups
+
+    group = _groups[group_name]()
+    if group is None:
+        raise ValueError(f"group {group_name} is destroyed")
+    out = torch.empty_like(x)
+    comm = getattr(group.device_communicator, "pynccl_comm", None)
+    if comm is not None and not comm.disabled and x.is_cuda:
+        # Grouped send/recv through vLLM's own NCCL communicator: safe under
+        # CUDA-graph capture, like the TP collectives.
+        me = group.rank_in_group
+        comm.group_start()
+        for peer in range(group.world_size):
+            if peer == me:
+                out[peer].copy_(x[peer])
+            else:
+                comm.send(x[peer], peer)
+                comm.recv(out[peer], peer)
+        comm.group_end()
+    else:
+        # gloo (CPU) implements all_to_all_single, not the list form.
+        dist.all_to_all_single(out, x, group=group.device_group)
+    return out
+
+
+def _all_to_all_fake(x: torch.Tensor, group_name: str) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _register_ops() -> None:
+    from vllm.utils.torch_utils import direct_register_custom_op
+
+    if not hasattr(torch.ops.vllm, "ulysses_all_to_all"):
+        direct_register_custom_op("ulysses_all_to_all", _all_to_all,
+                                  fake_impl=_all_to_all_fake)
+
+
+def all_to_all(x: torch.Tensor, group: GroupCoordinator) -> torch.Tensor:
+    """A registered op, so Dynamo keeps it as one opaque node and CUDA graph
+    capture records the NCCL calls in place."""
+    return torch.ops.vllm.ulysses_all_to_all(x, group.unique_name)
+
+
+# ---------------------------------------------------------------- head math
+
+def local_head_counts(num_heads: int, num_kv_heads: int, sp: int) -> tuple[int, int, int]:
+    """(q heads, KV heads, KV replication) per SP rank, from one TP rank's
+    counts.  Replication r > 1 when the TP rank has fewer KV heads than SP:
+    each KV head is repeated r times so every SP rank gets the one its q
+    heads attend with."""
+    if num_heads % sp:
+        raise ValueError(f"{num_heads} attention heads per TP rank are not divisible by "
+                         f"sequence_parallel_size={sp}")
+    if num_kv_heads >= sp:
+        if num_kv_heads % sp:
+            raise ValueError(f"{num_kv_heads} KV heads per TP rank are not divisible by "
+                             f"sequence_parallel_size={sp}")
+        return num_heads // sp, num_kv_heads // sp, 1
+    if sp % num_kv_heads:
+        raise ValueError(f"sequence_parallel_size={sp} is not a multiple of the "
+                         f"{num_kv_heads} KV heads per TP rank")
+    return num_heads // sp, 1, sp // num_kv_heads
+
+
+def split_for_ranks(x: torch.Tensor, sp: int, repeat: int = 1) -> torch.Tensor:
+    """[n, heads*D] -> [n, SP, heads*D/SP] (after repeating each head
+    ``repeat`` times): chunk j holds the heads SP rank j attends with."""
+    n = x.shape[0]
+    if repeat > 1:
+        heads = sp // repeat
+        x = x.reshape(n, heads, 1, -1).expand(n, heads, repeat, x.shape[-1] // heads)
+    return x.reshape(n, sp, -1)
+
+
+def heads_from_tokens(tensors: list[torch.Tensor], repeats: list[int],
+                      group: GroupCoordinator) -> list[torch.Tensor]:
+    """Token-sharded [n, h_i*D] tensors -> head-sharded [SP*n, h_i*D/SP]
+    over all tokens of the step, in one collective."""
+    sp = group.world_size
+    parts = [split_for_ranks(t, sp, r) for t, r in zip(tensors, repeats)]
+    widths = [p.shape[-1] for p in parts]
+    packed = torch.cat(parts, dim=-1).transpose(0, 1).contiguous()  # [SP, n, sum]
+    received = all_to_all(packed, group)                              # [SP, n, sum]
+    flat = received.reshape(-1, received.shape[-1])                  # [SP*n, sum]
+    return list(torch.split(flat, widths, dim=-1))
+
+
+def tokens_from_heads(x: torch.Tensor, group: GroupCoordinator) -> torch.Tensor:
+    """[SP*n, c] (my heads, all tokens) -> [n, SP*c] (my tokens, all heads)."""
+    sp = group.world_size
+    received = all_to_all(x.reshape(sp, -1, x.shape[-1]), group)   # block j: heads of rank j
+    return received.transpose(0, 1).reshape(received.shape[1], -1)
+
+
+# ---------------------------------------------------------------- attention
+
+@dataclass
+class AttentionPlan:
+    """Per attention layer: the head counts this rank attends with, and the
+    two exchanges around the attention op."""
+
+    num_heads: int          # q heads per TP rank (what the model computed)
+    num_kv_heads: int       # KV heads per TP rank
+    local_heads: int        # q heads this GPU attends with
+    local_kv_heads: int     # KV heads this GPU caches
+    kv_repeat: int
+    group: Any
+
+    @classmethod
+    def maybe_create(cls, num_heads: int, num_kv_heads: int, attn_type: Any) -> AttentionPlan | None:
+        if sp_size() == 1:
+            return None
+        from vllm.v1.attention.backend import AttentionType
+
+        if attn_type != AttentionType.DECODER:
+            raise ValueError(f"sequence parallelism supports decoder self-attention only, "
+                             f"not {attn_type}")
+        _register_ops()
+        heads, kv_heads, repeat = local_head_counts(num_heads, num_kv_heads, sp_size())
+        return cls(num_heads, num_kv_heads, heads, kv_heads, repeat, get_sp_group())
+
+    def forward(self, attend: Callable, query: torch.Tensor, key: torch.Tensor | None,
+                value: torch.Tensor | None, output_shape: torch.Size | None,
+                output_dtype: torch.dtype | None) -> torch.Tensor:
+        n = query.shape[0]
+        tensors, repeats = [query.reshape(n, -1)], [1]
+        if key is not None:
+            tensors += [key.reshape(n, -1), value.reshape(n, -1)]
+            repeats += [self.kv_repeat, self.kv_repeat]
+        exchanged = heads_from_tokens(tensors, repeats, self.group)
+        q, k, v = (exchanged + [None, None])[:3]
+        out = attend(q, k, v, None, output_dtype)           # [SP*n, local heads * Dv]
+        out = tokens_from_heads(out, self.group)            # [n, TP-rank heads * Dv]
+        return out if output_shape is None else out.view(output_shape)
+
+
+# ---------------------------------------------------------------- tokens
+
+def pad_tokens(num_tokens: int) -> int:
+    """A step's token count, padded so that every SP rank gets as many."""
+    sp = sp_size()
+    return -(-num_tokens // sp) * sp
+
+
+def shard_tokens(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    n = x.shape[dim] // sp_size()
+    return x.narrow(dim, sp_rank() * n, n)
+
+
+def gather_tokens(x: torch.Tensor) -> torch.Tensor:
+    return get_sp_group().all_gather(x, dim=0)
+
+
+def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
+    """Make ``model(input_ids, positions, ...)`` take the whole (padded) step
+    and return hidden states for the whole step, while its layers see only
+    this SP rank's slice of the tokens.
+
+    Why here and not in each runner: the V1 and V2 runners, their dummy and
+    profile runs and their CUDA-graph capture all call the model the same
+    way, so one hook covers them all, and the hidden states they slice for
+    logits or pooling are the full step's as upstream expects.  The runners
+    only pad the step to a multiple of SP (``pad_tokens``)."""
+    if sp_size() == 1:
+        return model
+    from vllm.sequence import IntermediateTensors
+
+    inner = model.forward
+
+    def forward(input_ids=None, positions=None, intermediate_tensors=None,
+                inputs_embeds=None, **kwargs):
+        total = positions.shape[-1]
+        assert total % sp_size() == 0, f"step of {total} tokens not padded to SP"
+        if input_ids is not None:
+            input_ids = shard_tokens(input_ids)
+        if inputs_embeds is not None:
+            inputs_embeds = shard_tokens(inputs_embeds)
+        positions = shard_tokens(positions, dim=positions.dim() - 1)
+        if intermediate_tensors is not None:
+            intermediate_tensors = IntermediateTensors(
+                {k: shard_tokens(v) for k, v in intermediate_tensors.tensors.items()})
+        out = inner(input_ids=input_ids, positions=positions,
+                    intermediate_tensors=intermediate_tensors, inputs_embeds=inputs_embeds,
+                    **kwargs)
+        if isinstance(out, IntermediateTensors):
+            return IntermediateTensors({k: gather_tokens(v) for k, v in out.tensors.items()})
+        if isinstance(out, tuple):  # (hidden, aux hidden states)
+            return tuple(gather_tokens(o) if isinstance(o, torch.Tensor) else
+                         [gather_tokens(a) for a in o] for o in out)
+        return gather_tokens(out)
+
+    model.forward = forward
+    return model
+
+
+# ---------------------------------------------------------------- config
+
+def validate_parallel_config(pc: ParallelConfig) -> None:
+    """Checks that need no model.  Raises ValueError with a one-line fix."""
+    sp = pc.sequence_parallel_size
+    if sp == 1:
+        return
+    if pc.prefill_context_parallel_size > 1 or pc.decode_context_parallel_size > 1:
+        raise ValueError("sequence_parallel_size > 1 cannot be combined with prefill/decode "
+                         "context parallelism (PCP/DCP): set -pcp 1 -dcp 1 or -sp 1")
+    if pc.enable_expert_parallel:
+        raise ValueError("sequence_parallel_size > 1 does not support expert parallelism yet: "
+                         "drop --enable-expert-parallel (MoE layers stay TP-sharded) or use -sp 1")
+    if pc.enable_elastic_ep:
+        raise ValueError("sequence_parallel_size > 1 does not support elastic EP: use -sp 1")
+    if pc.distributed_executor_backend in ("ray",) or pc.data_parallel_backend == "ray":
+        raise ValueError("sequence_parallel_size > 1 runs on the multiprocessing executor only: "
+                         "use --distributed-executor-backend mp")
+
+
+def verify_config(config: VllmConfig) -> None:
+    """Checks that need the model, run while the engine config is built
+    (before any worker starts).  Turns off the unrelated compile pass of the
+    same name, which also pads and splits tokens."""
+    pc = config.parallel_config
+    sp, tp = pc.sequence_parallel_size, pc.tensor_parallel_size
+    if sp == 1:
+        return
+    mc = config.model_config
+    if mc is None:
+        return
+    what = f"{mc.architecture}"
+    if mc.use_mla:
+        raise ValueError(f"sequence_parallel_size > 1 does not support MLA attention ({what}); "
+                         "use -sp 1 (PCP/DCP serve MLA models)")
+    if mc.is_encoder_decoder:
+        raise ValueError(f"sequence_parallel_size > 1 does not support encoder-decoder models "
+                         f"({what}); use -sp 1")
+    if mc.is_multimodal_model:
+        raise ValueError(f"sequence_parallel_size > 1 supports text-only decoders, not the "
+                         f"multimodal {what}; use -sp 1")
+    if mc.is_hybrid or mc.is_attention_free or mc.has_noops:
+        raise ValueError(f"sequence_parallel_size > 1 needs a decoder whose layers all use "
+                         f"attention; {what} does not; use -sp 1")
+    if mc.runner_type != "generate":
+        raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
+                         f"runner '{mc.runner_type}'; use -sp 1")
+    heads = mc.model_arch_config.total_num_attention_heads
+    kv_heads = mc.get_total_num_kv_heads()
+    if heads % (tp * sp):
+        raise ValueError(f"{what} has {heads} attention heads, not divisible by "
+                         f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}; "
+                         "choose TP*SP dividing the head count")
+    kv_per_tp = max(1, kv_heads // tp)
+    if kv_per_tp % sp and sp % kv_per_tp:
+        raise ValueError(f"{what} has {kv_heads} KV heads ({kv_per_tp} per TP rank), which "
+                         f"sequence_parallel_size={sp} neither divides nor is a multiple of; "
+                         "choose SP dividing or a multiple of the KV heads per TP rank")
+    if config.speculative_config is not None:
+        raise ValueError("sequence_parallel_size > 1 does not support speculative decoding yet; "
+                         "drop --speculative-config or use -sp 1")
+    sc = config.scheduler_config
+    if sc.max_num_batched_tokens % sp:
+        raise ValueError(f"max_num_batched_tokens={sc.max_num_batched_tokens} must be a "
+                         f"multiple of sequence_parallel_size={sp} (steps are padded to it)")
+    passes = config.compilation_config.pass_config
+    if passes.enable_sp or passes.fuse_gemm_comms:
+        logger.warning("Ulysses sequence parallelism (sequence_parallel_size=%d) is on: turning "
+                       "off the compile pass 'enable_sp' (TP sequence parallelism) and "
+                       "'fuse_gemm_comms', which split tokens over TP ranks differently", sp)
+    passes.enable_sp = False
+    passes.fuse_gemm_comms = False
+
+
+def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
+    """CUDA-graph capture sizes must be multiples of SP: a padded step has
+    to land on a captured size to replay it."""
+    sp = config.parallel_config.sequence_parallel_size
+    if sp == 1:
+        return sizes
+    kept = [s for s in sizes if s % sp == 0]
+    if len(kept) != len(sizes):
+        logger.info("Ulysses SP: CUDA-graph capture sizes kept to multiples of %d: %s", sp, kept)
+    return kept
