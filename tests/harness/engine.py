@@ -36,7 +36,7 @@ def cpu_env(world: int) -> dict[str, str]:
     return {
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(world)),
-        "TORCHDYNAMO_DISABLE": "1",
+        "TORCHDYNAMO_DISABLE": os.environ.get("TORCHDYNAMO_DISABLE", "1"),
     }
 
 

@@ -128,7 +128,10 @@ def _all_to_all(x: torch.Tensor, group_name: str) -> torch.Tensor:
     group = _groups[group_name]()
     if group is None:
         raise ValueError(f"group {group_name} is destroyed")
-    out = torch.empty_like(x)
+    # Inductor may hand a custom op a non-contiguous layout of what eager
+    # code made contiguous; NCCL and gloo need dense buffers.
+    x = x.contiguous()
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     comm = getattr(group.device_communicator, "pynccl_comm", None)
     if comm is not None and not comm.disabled and x.is_cuda:
         # Grouped send/recv through vLLM's own NCCL communicator: safe under
@@ -149,7 +152,9 @@ def _all_to_all(x: torch.Tensor, group_name: str) -> torch.Tensor:
 
 
 def _all_to_all_fake(x: torch.Tensor, group_name: str) -> torch.Tensor:
-    return torch.empty_like(x)
+    # Must promise exactly the real layout (dense, row-major): the compiled
+    # code reads the result with the strides given here.
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 def _register_ops() -> None:
