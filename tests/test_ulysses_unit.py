@@ -1,0 +1,177 @@
+"""Ulysses building blocks without an engine: the rank layout that
+vLLM's own ``initialize_model_parallel`` builds, the all-to-all exchange
+under gloo against a single-process reference, and config validation."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+# ------------------------------------------------------------------ layout
+
+def build_groups(monkeypatch, dp: int, pp: int, sp: int, tp: int) -> dict[str, list[list[int]]]:
+    """Run the patched initialize_model_parallel with process-group creation
+    replaced by a recorder, for a world of dp*pp*sp*tp ranks."""
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import ulysses
+
+    world = dp * pp * sp * tp
+    recorded: dict[str, list[list[int]]] = {}
+
+    def fake_group(group_ranks, local_rank, backend, use_message_queue_broadcaster=False,
+                   group_name=None, **_):
+        recorded[group_name] = [list(g) for g in group_ranks]
+        mine = next(g for g in group_ranks if 0 in g)
+        return SimpleNamespace(ranks=mine, rank_in_group=mine.index(0), world_size=len(mine),
+                               destroy=lambda: None, unique_name=f"{group_name}:0")
+
+    config = SimpleNamespace(
+        parallel_config=SimpleNamespace(data_parallel_size=dp, enable_elastic_ep=False,
+                                        sequence_parallel_size=sp, enable_eplb=False),
+        model_config=None)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: world)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda *a: 0)
+    monkeypatch.setattr(ps, "get_world_group", lambda: SimpleNamespace(local_rank=0))
+    monkeypatch.setattr(ps, "init_model_parallel_group", fake_group)
+    monkeypatch.setattr("vllm.config.get_current_vllm_config", lambda: config)
+    for name in ("_TP", "_DCP", "_PCP", "_PP", "_DP", "_EP", "_EPLB"):
+        monkeypatch.setattr(ps, name, None)
+    monkeypatch.setattr(ulysses, "_SP", None)
+    monkeypatch.setattr(ulysses, "_FULL_TP", None)
+    ps.initialize_model_parallel(tp, pp, backend="gloo")
+    return recorded
+
+
+def coords(rank: int, dp: int, pp: int, sp: int, tp: int) -> tuple[int, int, int, int]:
+    """The documented layout: DP x PP x SP x TP, TP fastest."""
+    return (rank // (pp * sp * tp), rank // (sp * tp) % pp, rank // tp % sp, rank % tp)
+
+
+LAYOUTS = [(1, 1, 2, 1), (1, 1, 2, 2), (1, 1, 4, 2), (1, 1, 2, 4), (1, 2, 2, 2), (2, 1, 2, 2),
+           (2, 2, 2, 1), (1, 1, 8, 1), (2, 2, 2, 2), (1, 1, 1, 4), (1, 2, 1, 2)]
+
+
+@pytest.mark.parametrize("dp,pp,sp,tp", LAYOUTS)
+def test_rank_layout(monkeypatch, dp, pp, sp, tp):
+    groups = build_groups(monkeypatch, dp, pp, sp, tp)
+    world = dp * pp * sp * tp
+    c = {r: coords(r, dp, pp, sp, tp) for r in range(world)}
+    for name, size, same in [("tp", tp, (0, 1, 2)), ("sp", sp, (0, 1, 3)), ("pp", pp, (0, 2, 3)),
+                             ("dp", dp, (1, 2, 3)), ("full_tp", sp * tp, (0, 1))]:
+        gs = groups[name]
+        assert sorted(itertools.chain(*gs)) == list(range(world)), f"{name} must partition the world"
+        assert all(len(g) == size for g in gs), name
+        for g in gs:  # members differ only along their own axis
+            assert len({tuple(c[r][i] for i in same) for r in g}) == 1, (name, g)
+    # TP groups are contiguous, as upstream; SP=1 leaves every group as upstream.
+    assert all(g == list(range(g[0], g[0] + tp)) for g in groups["tp"])
+    # Full-TP member i is (tp_rank, sp_rank) with i = tp_rank*SP + sp_rank, so a
+    # plain TP*SP model puts on each GPU the heads Ulysses puts there.
+    for g in groups["full_tp"]:
+        for i, r in enumerate(g):
+            assert i == c[r][3] * sp + c[r][2], (g, r)
+
+
+def test_worked_example_tp2_sp2(monkeypatch):
+    groups = build_groups(monkeypatch, 1, 1, 2, 2)
+    assert groups["tp"] == [[0, 1], [2, 3]]
+    assert groups["sp"] == [[0, 2], [1, 3]]
+    assert groups["full_tp"] == [[0, 2, 1, 3]]
+
+
+# ------------------------------------------------------------------ head math
+
+@pytest.mark.parametrize("heads,kv,sp,want", [
+    (8, 2, 2, (4, 1, 1)), (8, 1, 2, (4, 1, 2)), (8, 4, 2, (4, 2, 1)), (16, 2, 8, (2, 1, 4)),
+    (4, 4, 4, (1, 1, 1))])
+def test_local_head_counts(heads, kv, sp, want):
+    from vllm.distributed.ulysses import local_head_counts
+
+    assert local_head_counts(heads, kv, sp) == want
+
+
+@pytest.mark.parametrize("heads,kv,sp,msg", [
+    (6, 2, 4, "attention heads per TP rank are not divisible"),
+    (8, 6, 4, "KV heads per TP rank are not divisible"),
+    (12, 3, 4, "not a multiple of the 3 KV heads")])
+def test_local_head_counts_rejects(heads, kv, sp, msg):
+    from vllm.distributed.ulysses import local_head_counts
+
+    with pytest.raises(ValueError, match=msg):
+        local_head_counts(heads, kv, sp)
+
+
+# ------------------------------------------------------------------ exchange
+
+WORKER = textwrap.dedent('''
+    import os, sys, torch
+    rank, world, tp, sp, port = map(int, sys.argv[1:6])
+    from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state as ps, ulysses
+    cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=tp,
+                     sequence_parallel_size=sp, distributed_executor_backend="mp"))
+    with set_current_vllm_config(cfg):
+        ps.init_distributed_environment(world, rank, f"tcp://127.0.0.1:{port}", rank, "gloo")
+        ps.initialize_model_parallel(tp, 1, backend="gloo")
+    group = ulysses.get_sp_group()
+    s, t = ulysses.sp_rank(), ps.get_tensor_model_parallel_rank()
+    assert group.world_size == sp and ulysses.get_full_tp_group().rank_in_group == t * sp + s
+    ulysses._register_ops()
+    D = 4
+    for H, KV, T in [(8, 4, 12), (8, 2, 8), (8, 1, 16), (4, 4, 4)]:
+        hq, hkv = H // tp, max(1, KV // tp)          # heads of this TP rank
+        n = T // sp
+        g = torch.Generator().manual_seed(1000 * H + 10 * KV + t)   # same on the SP ranks of a TP rank
+        q_all, k_all, v_all = (torch.randn(T, h * D, generator=g) for h in (hq, hkv, hkv))
+        rows = slice(s * n, (s + 1) * n)
+        lh, lkv, rep = ulysses.local_head_counts(hq, hkv, sp)
+        q, k, v = ulysses.heads_from_tokens([q_all[rows], k_all[rows], v_all[rows]],
+                                            [1, rep, rep], group)
+        # reference: all tokens, this SP rank's q heads and the KV heads they use
+        assert torch.equal(q, q_all[:, s * lh * D:(s + 1) * lh * D]), (H, KV, "q")
+        kv_heads = [(s * lh + i) // (hq // hkv) for i in range(lh)]   # GQA: kv of each q head
+        kv_heads = sorted(set(kv_heads))
+        assert len(kv_heads) == lkv, (kv_heads, lkv)
+        cols = torch.cat([torch.arange(h * D, (h + 1) * D) for h in kv_heads])
+        assert torch.equal(k, k_all[:, cols]) and torch.equal(v, v_all[:, cols]), (H, KV, "kv")
+        # and back: heads -> tokens is the inverse on any function of the heads
+        back = ulysses.tokens_from_heads(q * 3 + 1, group)
+        assert torch.equal(back, q_all[rows] * 3 + 1), (H, KV, "back")
+    # a step of 7 tokens: padded to a multiple of SP, sliced, gathered back
+    T = 7
+    padded = ulysses.pad_tokens(T)
+    assert padded % sp == 0 and padded - T < sp
+    x = torch.arange(padded * 3, dtype=torch.float32).reshape(padded, 3)
+    assert torch.equal(ulysses.gather_tokens(ulysses.shard_tokens(x)), x)
+    ps.destroy_model_parallel()
+    print("worker-ok", rank, flush=True)
+''')
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2), (1, 4)])
+def test_all_to_all_matches_reference(tmp_path, tp, sp):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    world, port = tp * sp, free_port()
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(tp), str(sp),
+                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env) for r in range(world)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"worker-ok {r}" in out, out[-3000:]
