@@ -27,6 +27,7 @@ class Run:
     tokens: list[list[int]]                      # generated ids, per prompt
     logprobs: list[list[float]]                  # logprob of each generated id
     prompt_logprobs: list[list[float | None]]    # logprob of each prompt id
+    cached_tokens: list[int] = field(default_factory=list)  # prefix-cache hits, per prompt
     seconds: float = 0.0
     log: str = field(default="", repr=False)
 
@@ -42,15 +43,20 @@ def cpu_env(world: int) -> dict[str, str]:
 
 def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 1,
                max_tokens: int = 8, prompt_logprobs: bool = True, timeout: int = 900,
+               then: list[list[list[int]]] | None = None, env: dict[str, str] | None = None,
                **engine_kwargs) -> Run:
-    """Greedy-decode ``prompts`` (token ids) and return tokens and logprobs."""
-    spec = dict(model=str(model), prompts=prompts, max_tokens=max_tokens,
+    """Greedy-decode ``prompts`` (token ids) and return tokens and logprobs.
+    ``then``: more batches, each submitted after the one before has finished
+    and without prompt logprobs (a request with prompt logprobs neither
+    fills nor reads the prefix cache); their results follow the first
+    batch's."""
+    batches = [prompts] + list(then or [])
+    spec = dict(model=str(model), batches=batches, max_tokens=max_tokens,
                 prompt_logprobs=prompt_logprobs,
                 engine=dict(tensor_parallel_size=tp, **engine_kwargs))
     if sp != 1:
         spec["engine"]["sequence_parallel_size"] = sp
-    env = dict(os.environ)
-    env.update(cpu_env(tp * sp))
+    env = {**os.environ, **cpu_env(tp * sp), **(env or {})}
     env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
     proc = subprocess.run([sys.executable, str(HERE / "engine.py"), json.dumps(spec)],
                           env=env, text=True, stdout=subprocess.PIPE,
@@ -61,7 +67,8 @@ def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 
         raise RuntimeError(f"engine run failed (rc={proc.returncode}, tp={tp}, sp={sp}):\n"
                            + out[-6000:])
     res = json.loads(found[-1][len(RESULT):])
-    return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["seconds"], out)
+    return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
+               res["seconds"], out)
 
 
 def _child(spec: dict) -> None:
@@ -76,11 +83,20 @@ def _child(spec: dict) -> None:
         engine.setdefault("distributed_executor_backend", "mp")
     t0 = time.time()
     llm = LLM(spec["model"], **engine)
-    params = SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0, logprobs=0,
-                            prompt_logprobs=0 if spec["prompt_logprobs"] else None,
-                            ignore_eos=True, detokenize=False)
-    outs = llm.generate([{"prompt_token_ids": p} for p in spec["prompts"]], params)
-    res = {"tokens": [], "logprobs": [], "prompt_logprobs": [], "seconds": time.time() - t0}
+
+    def params(prompt_logprobs: bool) -> SamplingParams:
+        return SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0, logprobs=0,
+                              prompt_logprobs=0 if prompt_logprobs else None,
+                              ignore_eos=True, detokenize=False)
+
+    outs = []
+    for i, batch in enumerate(spec["batches"]):
+        # Later batches go without prompt logprobs: such requests bypass the
+        # prefix cache (SamplingParams decides that when it is built).
+        outs += llm.generate([{"prompt_token_ids": p} for p in batch],
+                             params(spec["prompt_logprobs"] and i == 0))
+    res = {"tokens": [], "logprobs": [], "prompt_logprobs": [], "cached_tokens": [],
+           "seconds": time.time() - t0}
     for o in outs:
         c = o.outputs[0]
         res["tokens"].append(list(c.token_ids))
@@ -89,6 +105,7 @@ def _child(spec: dict) -> None:
         for t, lp in zip(o.prompt_token_ids, o.prompt_logprobs or []):
             plp.append(None if lp is None else lp[t].logprob)
         res["prompt_logprobs"].append(plp)
+        res["cached_tokens"].append(o.num_cached_tokens or 0)
     print(RESULT + json.dumps(res), flush=True)
 
 

@@ -55,6 +55,8 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
         cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
     elif arch == "qwen2":
         cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    elif arch == "mistral":
+        cfg, cls = transformers.MistralConfig(**common), transformers.MistralForCausalLM
     elif arch == "qwen3":
         cfg, cls = transformers.Qwen3Config(**common), transformers.Qwen3ForCausalLM
     elif arch == "qwen3_moe":
