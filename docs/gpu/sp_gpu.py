@@ -4,6 +4,7 @@
     python3 sp_gpu.py ckpt DIR [--preset llama31_8b|tiny]   random checkpoint
     python3 sp_gpu.py engine DIR --tp N --sp M --out R.json  one layout
     python3 sp_gpu.py report R1.json R2.json ...             markdown tables
+    python3 sp_gpu.py compare A.json B.json                  one pair, any two runs
 
 Why a random *checkpoint* and not ``load_format="dummy"``: vLLM's dummy
 loader fills each rank's weight shard independently, so TP=1 and TP=2 would
@@ -247,11 +248,18 @@ def main() -> None:
     e.add_argument("--eager", action="store_true")
     r = sub.add_parser("report")
     r.add_argument("results", type=Path, nargs="+")
+    c = sub.add_parser("compare", help="two result files, e.g. from different hosts")
+    c.add_argument("a", type=Path)
+    c.add_argument("b", type=Path)
     args = ap.parse_args()
     if args.cmd == "ckpt":
         make_ckpt(args.dir, args.preset)
     elif args.cmd == "engine":
         engine(args.dir, args.tp, args.sp, args.out, args.cpu, args.eager)
+    elif args.cmd == "compare":
+        res = compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
+        res["top1_agreement"] = res["top1_agree"] / max(1, res["top1_total"])
+        print(json.dumps(res, indent=1))
     else:
         sys.stdout.write(report(args.results))
 
