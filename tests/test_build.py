@@ -61,12 +61,17 @@ def test_series_applies_to_pristine(tmp_path):
     proc = build("--tree-only", "--build-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     tree = tmp_path / f"vllm-{VERSION}"
-    log = subprocess.run(["git", "log", "--format=%s|%(trailers:key=Patch,valueonly)",
-                          "--reverse"], cwd=tree, capture_output=True, text=True,
-                         check=True).stdout.split("\n\n")
-    names = [entry.strip().split("|")[-1].strip() for entry in log if entry.strip()]
-    assert names[0] == "" and names[-1] == "", log   # pristine, overlay
+    log = subprocess.run(["git", "log", "--reverse",
+                          "--format=%x1e%s%x1f%(trailers:key=Patch,valueonly)"], cwd=tree,
+                         capture_output=True, text=True, check=True).stdout
+    commits = [entry.split("\x1f") for entry in log.split("\x1e")[1:]]
+    subjects = [s for s, _ in commits]
+    names = [n.strip() for _, n in commits]
+    assert subjects[0] == f"vllm {VERSION} sdist, pristine" and subjects[-1] == "overlay"
+    # one commit per patch, in series order, its message the patch's header
     assert [n + ".patch" for n in names[1:-1]] == series()
+    for (subject, _), name in zip(commits[1:-1], series()):
+        assert (VERSION_DIR / name).read_text().startswith(subject + "\n"), name
     # Every overlay file landed unchanged.
     for f in (REPO / "overlay").rglob("*"):
         if f.is_file() and "__pycache__" not in f.parts:

@@ -53,10 +53,10 @@ def test_tp1_matches_transformers(llama, llama_ref):
     assert llama_ref.tokens == hf_greedy(llama, prompts, ENGINE["max_tokens"])
 
 
-@pytest.mark.parametrize("tp,sp", [(1, 2), (2, 1), (2, 2)])
+@pytest.mark.parametrize("tp,sp", [(1, 2), (2, 1), (2, 2), (1, 4)])
 def test_llama_layouts(llama, llama_ref, tp, sp):
     """kv_heads=2: with TP=2, SP=2 each TP rank has one KV head, which is
-    replicated to both SP ranks."""
+    replicated to both SP ranks; with SP=4 each KV head goes to two."""
     got = run(llama, tp=tp, sp=sp)
     assert_same(llama_ref, got, what=f"TP={tp} SP={sp} vs TP=1")
     check_prefix_cache(got)
