@@ -118,17 +118,16 @@ def fetch(name: str, filename: str, lock: dict[str, str], cache: Path,
     path = dest / filename
     if not path.exists():
         log(f"downloading {filename}")
+        version = filename.split("-")[1].removesuffix(".tar.gz")
         pip = [str(tools_python(cache, version_dir)) if sdist else sys.executable,
                "-m", "pip", "download", "-vv", "--no-deps", "-d", str(dest)]
         env = dict(os.environ)
         if sdist:
             pip += ["--no-build-isolation", "--no-binary", name]
-            env.update(VLLM_TARGET_DEVICE="empty",
-                       VLLM_VERSION_OVERRIDE=filename.split("-")[1].removesuffix(".tar.gz"))
+            env.update(VLLM_TARGET_DEVICE="empty", VLLM_VERSION_OVERRIDE=version)
         else:
             pip += ["--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
                     "--python-version", "3.12", "--implementation", "cp"]
-        version = filename.split("-")[1].removesuffix(".tar.gz")
         proc = run(pip + [f"{name}=={version}"], env=env, check=False)
         if proc.returncode != 0 or not path.exists():
             raise BuildError(f"cannot download {name}=={version}: {pip_failure_reason(proc.stdout)}")

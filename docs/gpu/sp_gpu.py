@@ -69,7 +69,6 @@ def make_ckpt(out: Path, preset: str, seed: int = 0) -> None:
         return (torch.randn(*shape, generator=gen, device=dev) * std).to(dtype).cpu()
 
     index = {}
-    shards = [("model.embed_tokens.weight", (v, h))]
     # Embeddings of std 1 keep the residual stream dominated by the token
     # itself: a well-conditioned random model whose argmax is not flipped by
     # bf16 rounding differences between layouts (std 0.02 everywhere gave
@@ -89,7 +88,6 @@ def make_ckpt(out: Path, preset: str, seed: int = 0) -> None:
         fname = f"layer{layer:03d}.safetensors"
         save_file(t, out / fname)
         index.update({k: fname for k in t})
-    del shards
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}))
     print(f"checkpoint {preset} written to {out}")
 
