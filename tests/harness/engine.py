@@ -29,6 +29,7 @@ class Run:
     prompt_logprobs: list[list[float | None]]    # logprob of each prompt id
     cached_tokens: list[int] = field(default_factory=list)  # prefix-cache hits, per prompt
     seconds: float = 0.0
+    shift: list[dict] = field(default_factory=list)   # per rank, with shift_parallel
     log: str = field(default="", repr=False)
 
 
@@ -57,6 +58,9 @@ def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 
     if sp != 1:
         spec["engine"]["sequence_parallel_size"] = sp
     env = {**os.environ, **cpu_env(tp * sp), **(env or {})}
+    if engine_kwargs.get("shift_parallel"):
+        # The per-rank report is a function sent to the workers.
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
     proc = subprocess.run([sys.executable, str(HERE / "engine.py"), json.dumps(spec)],
                           env=env, text=True, stdout=subprocess.PIPE,
@@ -68,7 +72,7 @@ def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 
                            + out[-6000:])
     res = json.loads(found[-1][len(RESULT):])
     return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
-               res["seconds"], out)
+               res["seconds"], res.get("shift", []), out)
 
 
 def _child(spec: dict) -> None:
@@ -89,6 +93,8 @@ def _child(spec: dict) -> None:
                               prompt_logprobs=0 if prompt_logprobs else None,
                               ignore_eos=True, detokenize=False)
 
+    shift_on = engine.get("shift_parallel", False)
+    before = llm.collective_rpc(_shift_report) if shift_on else []
     outs = []
     for i, batch in enumerate(spec["batches"]):
         # Later batches go without prompt logprobs: such requests bypass the
@@ -106,7 +112,31 @@ def _child(spec: dict) -> None:
             plp.append(None if lp is None else lp[t].logprob)
         res["prompt_logprobs"].append(plp)
         res["cached_tokens"].append(o.num_cached_tokens or 0)
+    if shift_on:
+        # Steps served per mode: the calls made while generating (the
+        # engine's own profile and warm-up calls are left out).
+        after = llm.collective_rpc(_shift_report)
+        for b, a in zip(before, after):
+            a["served"] = {m: a["calls"][m] - b["calls"][m] for m in a["calls"]}
+        res["shift"] = after
     print(RESULT + json.dumps(res), flush=True)
+
+
+def _shift_report(worker) -> dict:
+    """On one rank: model calls per Shift mode, and whether the full-TP
+    model's attention layers hold the very tensors of the SP model's."""
+    from vllm.distributed import shift
+
+    sp_layers = worker.model_runner.compilation_config.static_forward_context
+    full_layers = shift._STATE.layers
+    names = [n for n, l in sp_layers.items() if hasattr(l, "kv_cache") and n in full_layers]
+    return {
+        "calls": shift.step_counts(),
+        "layers": len(names),
+        "same_tensors": all(full_layers[n].kv_cache is sp_layers[n].kv_cache for n in names),
+        "storages": len({sp_layers[n].kv_cache.untyped_storage().data_ptr() for n in names}),
+        "shared_bytes": shift._STATE.shared_bytes,
+    }
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ off (see ``verify_config``).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -111,6 +112,23 @@ def destroy_groups() -> None:
         if group is not None:
             group.destroy()
     _SP = _FULL_TP = None
+
+
+@contextmanager
+def as_full_tp() -> Iterator[None]:
+    """Inside, the process groups look like plain TP over the full-TP group:
+    ``get_tp_group()`` is the full-TP group and there is no SP.  A model
+    built and run inside is a TP=TP*SP model whose rank i holds the heads
+    Ulysses gives rank i (Shift parallelism, ``shift.py``)."""
+    from vllm.distributed import parallel_state
+
+    global _SP
+    saved = parallel_state._TP, _SP
+    parallel_state._TP, _SP = get_full_tp_group(), None
+    try:
+        yield
+    finally:
+        parallel_state._TP, _SP = saved
 
 
 def graph_capture_groups() -> list[GroupCoordinator]:

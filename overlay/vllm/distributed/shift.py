@@ -1,0 +1,388 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shift Parallelism: each step runs either Ulysses SP or plain TP over the
+same TP*SP GPUs, over one shared KV cache.
+
+Why: Ulysses SP (``ulysses.py``) is fast on large steps -- long prefills,
+heavy batches -- because each GPU works on 1/SP of the tokens and pays no
+all-reduce on the others.  On small steps (decode at low traffic) it is slow:
+every GPU reads its whole TP shard of the weights for a handful of tokens.
+Plain TP over all TP*SP GPUs (the "full-TP" layout) reads 1/(TP*SP) of the
+weights per GPU and wins there.  Both layouts put the *same* attention heads
+on each GPU (the full-TP group is ordered for that, see ``ulysses.py``), so
+the KV cache written in one mode is read unchanged in the other, and the
+engine can pick the mode per step.
+
+How:
+
+* A second copy of the model, laid out as TP=TP*SP over the full-TP group,
+  is built and loaded beside the SP model (``attach``), under the full-TP
+  view of the process groups (``ulysses.as_full_tp``), with its own compile
+  cache tag and its own table of layers by name.  Its attention layers are
+  bound to the SP model's KV-cache tensors (``bind_kv_cache``): one
+  allocation.
+* Row-parallel weights of the full-TP model are views into the SP model's
+  (``share_weights``): full-TP rank tp*SP+sp holds exactly columns
+  [sp*k, (sp+1)*k) of TP rank tp's shard, so no second copy is needed.
+* The SP model's ``forward`` dispatches on the step's (padded) token count:
+  at most ``threshold`` runs the full-TP model.  Every rank of a replica
+  pads the same scheduler output the same way, so all ranks choose the same
+  mode and no collective diverges.  The threshold is rounded up to a
+  multiple of SP and added to the CUDA-graph capture sizes, so padding never
+  moves a step across it: "padded <= threshold" is "scheduled <= threshold",
+  which is what the scheduler counts for ``/metrics``.
+* Logits and sampling stay with the SP model (its ``compute_logits``), once
+  per step whatever the mode; both modes return the hidden states of the
+  whole step.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import torch
+
+from vllm.distributed import ulysses
+from vllm.logger import init_logger
+
+if TYPE_CHECKING:
+    from vllm.config import ParallelConfig, VllmConfig
+
+logger = init_logger(__name__)
+
+
+MODE_SP, MODE_FULL_TP = "sp", "full_tp"
+
+
+@dataclass
+class _Shift:
+    model: torch.nn.Module            # the full-TP model
+    layers: dict[str, Any]            # its layers by name (attention, MoE)
+    threshold: int                    # effective: a multiple of SP
+    shared_bytes: int = 0
+    copied_bytes: int = 0
+    steps: dict[str, int] = field(default_factory=lambda: {MODE_SP: 0, MODE_FULL_TP: 0})
+
+
+_STATE: _Shift | None = None
+_BUILDING = False
+
+
+# ---------------------------------------------------------------- config
+
+def enabled(config: VllmConfig | ParallelConfig) -> bool:
+    pc = getattr(config, "parallel_config", config)
+    return bool(getattr(pc, "shift_parallel", False))
+
+
+def effective_threshold(pc: ParallelConfig) -> int:
+    """The threshold rounded up to a multiple of SP: every step is padded to
+    a multiple of SP, so a threshold between two multiples could not be
+    honoured exactly."""
+    sp = pc.sequence_parallel_size
+    return -(-pc.shift_parallel_threshold // sp) * sp
+
+
+def validate_parallel_config(pc: ParallelConfig) -> None:
+    """Checks that need no model.  Raises ValueError with a one-line fix."""
+    threshold = pc.shift_parallel_threshold
+    if not pc.shift_parallel:
+        if threshold != type(pc).shift_parallel_threshold:   # the field's default
+            raise ValueError("--shift-parallel-threshold only applies with --shift-parallel: "
+                             "add --shift-parallel or drop the threshold")
+        return
+    if pc.sequence_parallel_size < 2:
+        raise ValueError("--shift-parallel switches between Ulysses SP and full TP over the "
+                         "same GPUs: it needs --sequence-parallel-size > 1 (e.g. -sp 2)")
+    if not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1:
+        raise ValueError(f"--shift-parallel-threshold must be a whole number >= 1 (steps "
+                         f"with at most that many tokens run in full TP), got {threshold!r}")
+    if pc.pipeline_parallel_size > 1:
+        raise ValueError("--shift-parallel does not support pipeline parallelism yet "
+                         "(each stage would need its own mode switch): use -pp 1")
+
+
+def verify_config(config: VllmConfig) -> None:
+    """Checks that need the whole config, before any worker starts."""
+    if not enabled(config):
+        return
+    if config.lora_config is not None:
+        raise ValueError("--shift-parallel does not support LoRA yet: the full-TP model would "
+                         "need its own adapters; drop --enable-lora or --shift-parallel")
+    mc = config.model_config
+    if mc is not None and mc.runner_type != "generate":
+        raise ValueError(f"--shift-parallel supports generative models only, not runner "
+                         f"'{mc.runner_type}'")
+    if config.load_config.load_format in ("sharded_state", "tensorizer"):
+        raise ValueError(f"--shift-parallel cannot load '{config.load_config.load_format}' "
+                         "checkpoints: they hold one TP layout's shards, the full-TP model "
+                         "needs another; use a plain checkpoint")
+
+
+def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
+    """Add the threshold to the CUDA-graph capture sizes (when in range), so
+    a step at or below it never pads past it.  Sizes <= threshold are
+    captured by the full-TP model, sizes above it by the SP model: each
+    graph belongs to the one mode that replays it."""
+    if not enabled(config) or not sizes:
+        return sizes
+    t = effective_threshold(config.parallel_config)
+    if t < max(sizes) and t not in sizes:
+        sizes = sorted(sizes + [t])
+    full_tp = [s for s in sizes if s <= t]
+    logger.info("Shift parallelism: threshold %d tokens; CUDA graphs: full TP for %s, "
+                "SP for %s", t, _ranges(full_tp), _ranges([s for s in sizes if s > t]))
+    return sizes
+
+
+def _ranges(sizes: list[int]) -> str:
+    if not sizes:
+        return "none"
+    return f"{len(sizes)} sizes {sizes[0]}..{sizes[-1]}"
+
+
+# ---------------------------------------------------------------- model
+
+def _full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
+    """The same config as plain TP over the full-TP group, with its own
+    table of layers (so names do not clash with the SP model's).
+
+    ``shift_parallel`` stays on: the compile caches key on the config's
+    hash, and this model's graphs name the full-TP group, so they must
+    never be mistaken for a genuine TP=TP*SP run's (which name ``tp``)."""
+    pc = copy.copy(vllm_config.parallel_config)
+    pc.tensor_parallel_size = pc.tensor_parallel_size * pc.sequence_parallel_size
+    pc.sequence_parallel_size = 1
+    cc = copy.copy(vllm_config.compilation_config)
+    cc.static_forward_context = {}
+    cc.static_all_moe_layers = []
+    cfg = copy.copy(vllm_config)
+    cfg.parallel_config = pc
+    cfg.compilation_config = cc
+    return cfg
+
+
+def attach(model: torch.nn.Module, vllm_config: VllmConfig,
+           load: Callable[[VllmConfig], torch.nn.Module]) -> torch.nn.Module:
+    """Called by the model loader with the freshly loaded SP model.  Loads
+    the full-TP model with ``load`` and makes ``model.forward`` pick the
+    mode per step.  Returns ``model``."""
+    global _STATE, _BUILDING
+    if not enabled(vllm_config) or _BUILDING:
+        return model
+    from vllm.compilation.backends import set_model_tag
+
+    before = _allocated()
+    cfg = _full_tp_config(vllm_config)
+    _BUILDING = True
+    try:
+        with ulysses.as_full_tp(), set_model_tag("shift_full_tp"):
+            full = load(cfg)
+    finally:
+        _BUILDING = False
+    state = _Shift(full, cfg.compilation_config.static_forward_context,
+                   effective_threshold(vllm_config.parallel_config))
+    state.shared_bytes = share_weights(model, full)
+    state.copied_bytes = _param_bytes(full) - state.shared_bytes
+    _STATE = state
+    _dispatch(model, state)
+    _guard_weight_updates(model, state)
+    after = _allocated()
+    extra = None if before is None or after is None else after - before
+    logger.info("Shift parallelism: full-TP model (TP=%d) loaded beside the SP model: "
+                "%.2f GiB of its weights are views of the SP model's (row-parallel), "
+                "%.2f GiB are its own%s; threshold %d tokens",
+                cfg.parallel_config.tensor_parallel_size, state.shared_bytes / 2**30,
+                state.copied_bytes / 2**30,
+                f" (device memory +{extra / 2**30:.2f} GiB)" if extra is not None else "",
+                state.threshold)
+    return model
+
+
+def _allocated() -> int | None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.memory_allocated()
+    return None
+
+
+def _param_bytes(model: torch.nn.Module) -> int:
+    seen, total = set(), 0
+    for p in itertools.chain(model.parameters(), model.buffers()):
+        key = (p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape))
+        if key not in seen:
+            seen.add(key)
+            total += p.numel() * p.element_size()
+    return total
+
+
+def share_weights(sp_model: torch.nn.Module, full: torch.nn.Module) -> int:
+    """Point each unquantized row-parallel weight of the full-TP model at
+    its slice of the SP model's weight (no copy) and return the bytes
+    freed.  Full-TP rank tp*SP+sp holds input columns [sp*k, (sp+1)*k) of
+    TP rank tp's shard.  Other layers (merged QKV and gate/up projections,
+    embeddings, quantized layers) keep their own copy: their full-TP shard
+    is not one slice of the SP shard."""
+    from vllm.model_executor.layers.linear import RowParallelLinear, UnquantizedLinearMethod
+
+    sp, rank = ulysses.sp_size(), ulysses.sp_rank()
+    sp_modules = dict(sp_model.named_modules())
+    saved = 0
+    for name, layer in full.named_modules():
+        src = sp_modules.get(name)
+        if not (isinstance(layer, RowParallelLinear) and isinstance(src, RowParallelLinear)):
+            continue
+        if not (type(layer.quant_method) is UnquantizedLinearMethod
+                and type(src.quant_method) is UnquantizedLinearMethod):
+            continue
+        w, s = layer.weight, src.weight
+        # (The CPU platform packs linear weights for oneDNN and drops them.)
+        if w.dim() != 2 or s.dim() != 2 or w.numel() == 0:
+            continue
+        k = w.shape[1]
+        if s.shape != (w.shape[0], k * sp) or s.dtype != w.dtype:
+            continue
+        w.data = s.data[:, rank * k:(rank + 1) * k]
+        saved += w.numel() * w.element_size()
+    return saved
+
+
+def _dispatch(model: torch.nn.Module, state: _Shift) -> None:
+    sp_forward = model.forward
+    full = state.model
+
+    def forward(input_ids=None, positions=None, intermediate_tensors=None,
+                inputs_embeds=None, **kwargs):
+        if positions.shape[-1] <= state.threshold:
+            state.steps[MODE_FULL_TP] += 1
+            with _full_tp_step():
+                return full(input_ids=input_ids, positions=positions,
+                            intermediate_tensors=intermediate_tensors,
+                            inputs_embeds=inputs_embeds, **kwargs)
+        state.steps[MODE_SP] += 1
+        return sp_forward(input_ids=input_ids, positions=positions,
+                          intermediate_tensors=intermediate_tensors,
+                          inputs_embeds=inputs_embeds, **kwargs)
+
+    model.forward = forward
+
+
+@contextmanager
+def _full_tp_step():
+    """Process groups and the forward context's layer table as the full-TP
+    model was built with: its all-reduces run over the full-TP group and its
+    attention/MoE custom ops find its own layers by name."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    assert _STATE is not None
+    ctx = get_forward_context() if is_forward_context_available() else None
+    saved = None if ctx is None else ctx.no_compile_layers
+    if ctx is not None:
+        ctx.no_compile_layers = _STATE.layers
+    try:
+        with ulysses.as_full_tp():
+            yield
+    finally:
+        if ctx is not None:
+            ctx.no_compile_layers = saved
+
+
+WEIGHT_UPDATE_ERROR = ("shift parallelism keeps two layouts of the weights (SP and full TP) and "
+                       "cannot update them in place yet: restart the engine with the new "
+                       "weights, or serve without --shift-parallel")
+
+
+def refuse_weight_updates() -> None:
+    """Called at the top of the runners' in-place weight reload."""
+    if _STATE is not None:
+        raise RuntimeError(WEIGHT_UPDATE_ERROR)
+
+
+def _guard_weight_updates(model: torch.nn.Module, state: _Shift) -> None:
+    """Every other in-place update (weight-transfer engines, RL trainers)
+    goes through ``model.load_weights``, which the initial load has already
+    used: from now on it refuses, rather than update one layout only."""
+
+    def load_weights(weights: Iterable[tuple[str, torch.Tensor]]):
+        raise RuntimeError(WEIGHT_UPDATE_ERROR)
+
+    model.load_weights = load_weights
+    state.model.load_weights = load_weights
+
+
+# ---------------------------------------------------------------- KV cache
+
+def bind_kv_cache(kv_caches: dict[str, torch.Tensor]) -> None:
+    """Called where the runners bind the KV cache to the SP model's layers:
+    the full-TP model's layers of the same names get the same tensors."""
+    if _STATE is None:
+        return
+    missing = [name for name in kv_caches if name not in _STATE.layers]
+    if missing:
+        raise RuntimeError(f"shift parallelism: the full-TP model has no layer {missing[0]} "
+                           "to bind the KV cache to")
+    for name, kv_cache in kv_caches.items():
+        _STATE.layers[name].kv_cache = kv_cache
+
+
+def profile_sizes(max_num_tokens: int) -> list[int]:
+    """Extra dummy-run sizes for the runners' profile run: the largest step
+    the full-TP model takes, so its activations are in the memory profile
+    and it is compiled before the first request."""
+    if _STATE is None:
+        return []
+    return [min(_STATE.threshold, max_num_tokens)]
+
+
+def full_tp_model() -> torch.nn.Module | None:
+    return None if _STATE is None else _STATE.model
+
+
+def step_counts() -> dict[str, int]:
+    """Model calls per mode on this rank (dummy and capture runs included)."""
+    return {} if _STATE is None else dict(_STATE.steps)
+
+
+# ---------------------------------------------------------------- metrics
+
+def step_stats(config: VllmConfig, num_scheduled_tokens: int) -> tuple[str, int] | None:
+    """(mode, tokens) of one step, as the scheduler sees it.  Equal to the
+    workers' choice: the threshold is a multiple of SP and a capture size,
+    so a step pads to at most the threshold exactly when it has at most
+    that many tokens (see the module docstring)."""
+    if not enabled(config) or num_scheduled_tokens <= 0:
+        return None
+    if num_scheduled_tokens <= effective_threshold(config.parallel_config):
+        return MODE_FULL_TP, num_scheduled_tokens
+    return MODE_SP, num_scheduled_tokens
+
+
+class ShiftMetrics:
+    """Prometheus counters ``vllm:shift_parallel_steps_total`` and
+    ``vllm:shift_parallel_tokens_total`` by ``mode`` (sp, full_tp): how
+    much of the traffic each layout served, to check a threshold against
+    real load."""
+
+    def __init__(self, counter_cls, labelnames: list[str],
+                 per_engine_labelvalues: dict[int, list[object]]):
+        steps = counter_cls(name="vllm:shift_parallel_steps",
+                            documentation="Engine steps run in each Shift Parallelism mode.",
+                            labelnames=labelnames + ["mode"])
+        tokens = counter_cls(name="vllm:shift_parallel_tokens",
+                             documentation="Scheduled tokens run in each Shift Parallelism "
+                                           "mode.",
+                             labelnames=labelnames + ["mode"])
+        modes = (MODE_SP, MODE_FULL_TP)
+        self.steps = {i: {m: steps.labels(*v, m) for m in modes}
+                      for i, v in per_engine_labelvalues.items()}
+        self.tokens = {i: {m: tokens.labels(*v, m) for m in modes}
+                       for i, v in per_engine_labelvalues.items()}
+
+    def observe(self, step: tuple[str, int] | None, engine_idx: int) -> None:
+        if step is None:
+            return
+        mode, num_tokens = step
+        self.steps[engine_idx][mode].inc()
+        self.tokens[engine_idx][mode].inc(num_tokens)

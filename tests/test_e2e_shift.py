@@ -1,0 +1,98 @@
+"""Shift Parallelism on the real vLLM CPU engine (V1 runner, gloo, float32):
+whatever mode each step runs in, greedy tokens and prompt logprobs equal
+TP=1's, and both models use one KV cache.
+
+The workload is test_e2e_sp's: prompts of odd lengths, one longer than the
+64-token step budget (chunked prefill over three steps, mixed with the
+others' decodes), and a second round that hits the prefix cache.  With a
+threshold of 8 the prefill and mixed steps run in SP and the decode steps
+in full TP, so requests prefilled in one mode decode in the other, and
+cached blocks written in one mode are read in the other.  Each rank reports
+how many steps it served in each mode; the tests check that the mode they
+meant to exercise really ran.
+"""
+
+from __future__ import annotations
+
+import pytest
+from harness.compare import assert_same
+from harness.engine import run_engine
+from test_e2e_sp import ENGINE, PROMPTS, LONG, THEN, check_prefix_cache, run
+
+pytestmark = pytest.mark.e2e
+
+BUDGET = 64      # max_num_batched_tokens in ENGINE: the largest step
+
+
+@pytest.fixture(scope="module")
+def llama(models_dir):
+    from harness.models import make_model
+
+    return make_model(models_dir, "llama", heads=8, kv_heads=2)
+
+
+@pytest.fixture(scope="module")
+def llama_ref(llama):
+    return run(llama)
+
+
+def served(r, mode: str) -> list[int]:
+    return [rank["served"][mode] for rank in r.shift]
+
+
+def check_shift_run(r, world: int):
+    assert len(r.shift) == world
+    for rank in r.shift:
+        assert rank["layers"] == 2 and rank["same_tensors"], rank   # one KV cache
+    # Every rank took the same path through every step.
+    assert len({tuple(sorted(rank["served"].items())) for rank in r.shift}) == 1, r.shift
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_auto_mode_switches_per_step(llama, llama_ref, tp):
+    """Threshold 8: prefill chunks and mixed steps in SP, decodes in full
+    TP.  TP=2xSP=2 is the 4-rank layout (full TP = 4 GPUs)."""
+    got = run(llama, tp=tp, sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_same(llama_ref, got, what=f"shift TP={tp}xSP=2 vs TP=1")
+    check_prefix_cache(got)
+    check_shift_run(got, tp * 2)
+    assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift
+
+
+def test_forced_full_tp(llama, llama_ref):
+    """Threshold = the step budget: every step runs the full-TP model,
+    chunked prefill and prefix-cache hits included."""
+    got = run(llama, sp=2, shift_parallel=True, shift_parallel_threshold=BUDGET)
+    assert_same(llama_ref, got, what="shift, all steps full TP, vs TP=1")
+    check_prefix_cache(got)
+    check_shift_run(got, 2)
+    assert served(got, "sp") == [0, 0] and min(served(got, "full_tp")) >= 20, got.shift
+
+
+def test_forced_sp(llama):
+    """The smallest threshold (1, rounded up to SP=2) under steps that all
+    have more tokens: four equal prompts prefill in one step and decode
+    together, so the full-TP model is loaded but never serves a step."""
+    prompts = [p[:40] for p in (LONG, LONG[40:], LONG[80:], LONG[100:])]
+    kw = dict(ENGINE, max_num_batched_tokens=256)
+    ref = run_engine(llama, prompts, **kw)
+    got = run_engine(llama, prompts, sp=2, shift_parallel=True, shift_parallel_threshold=1, **kw)
+    assert_same(ref, got, what="shift, all steps SP, vs TP=1")
+    check_shift_run(got, 2)
+    assert served(got, "full_tp") == [0, 0] and min(served(got, "sp")) >= 10, got.shift
+
+
+def test_compiled_with_inductor(llama, llama_ref, tmp_path):
+    """torch.compile (Dynamo + Inductor) as a CPU user gets it: each model
+    is traced under its own process groups and compiled under its own cache
+    tag, so the SP graphs hold the all-to-alls and the full-TP graphs the
+    all-reduces over the full-TP group."""
+    got = run(llama, sp=2, shift_parallel=True, shift_parallel_threshold=8,
+              enforce_eager=False,
+              env={"TORCHDYNAMO_DISABLE": "0", "VLLM_CACHE_ROOT": str(tmp_path)})
+    assert_same(llama_ref, got, what="shift compiled vs TP=1 eager")
+    check_shift_run(got, 2)
+    assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift
+    # Each model has its own compile artefacts (AOT cache: one per config hash).
+    models = list((tmp_path / "torch_compile_cache").glob("*/*/rank_0_0/model"))
+    assert len(models) == 2, models
