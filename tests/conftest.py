@@ -26,5 +26,23 @@ def models_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")
 
 
+@pytest.fixture(scope="session")
+def llama(models_dir):
+    """The Llama of the SP and Shift e2e tests (8 heads, 2 KV heads)."""
+    from harness.models import make_model
+
+    return make_model(models_dir, "llama", heads=8, kv_heads=2)
+
+
+@pytest.fixture(scope="session")
+def llama_ref(llama):
+    """TP=1 on test_e2e_sp's workload: the reference every layout equals."""
+    from test_e2e_sp import check_prefix_cache, run
+
+    r = run(llama)
+    check_prefix_cache(r)
+    return r
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: starts a real vLLM engine (slow)")

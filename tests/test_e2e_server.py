@@ -1,7 +1,8 @@
-"""The OpenAI-compatible server started with `-sp 2` (CPU engine): a
-completion that equals the offline TP=1 engine's greedy output, a streamed
-chat completion, and a bad request that fails alone while the server keeps
-serving."""
+"""The OpenAI-compatible server started with `-sp 2 --shift-parallel` (CPU
+engine; prefills run in SP, decodes in full TP): a completion that equals
+the offline TP=1 engine's greedy output, a streamed chat completion, the
+per-mode step counters on /metrics, and a bad request that fails alone while
+the server keeps serving."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from harness.engine import cpu_env, run_engine
 from harness.models import make_model
 
 pytestmark = pytest.mark.e2e
+
+THRESHOLD = 8
 
 
 def free_port() -> int:
@@ -47,7 +50,8 @@ def server(model, tmp_path_factory):
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
-             "-sp", "2", "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "512",
+             "-sp", "2", "--shift-parallel", "--shift-parallel-threshold", str(THRESHOLD),
+             "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "512",
              "--enforce-eager", "--dtype", "float32", "--seed", "0"],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -74,11 +78,49 @@ def server(model, tmp_path_factory):
             proc.wait()
 
 
-def test_server_runs_sp2(server):
+def test_server_runs_sp2_with_shift(server):
     _, log = server
     text = log.read_text()
     assert "Ulysses SP: rank 0 is SP rank 0 of 2" in text
     assert "Worker_SP1" in text
+    assert "Shift parallelism: full-TP model (TP=2) loaded beside the SP model" in text
+
+
+def shift_counters(base: str) -> dict[tuple[str, str], float]:
+    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    out = {}
+    for line in text.splitlines():
+        for what in ("steps", "tokens"):
+            if line.startswith(f"vllm:shift_parallel_{what}_total{{"):
+                mode = line.split('mode="')[1].split('"')[0]
+                out[(what, mode)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_metrics_count_steps_per_mode(server, model):
+    """A 20-token prompt (> threshold) prefills in one SP step; its 4 more
+    tokens come from 4 one-token decode steps in full TP."""
+    from transformers import AutoTokenizer
+
+    base, _ = server
+    prompt = " ".join(f"w{i}" for i in range(40, 60))
+    n = len(AutoTokenizer.from_pretrained(model)(prompt)["input_ids"])
+    assert n > THRESHOLD
+    before = shift_counters(base)
+    assert set(before) == {(w, m) for w in ("steps", "tokens") for m in ("sp", "full_tp")}
+    body = json.load(post(base + "/v1/completions", {
+        "model": str(model), "prompt": prompt, "max_tokens": 5, "temperature": 0.0,
+        "ignore_eos": True}))
+    assert body["usage"]["completion_tokens"] == 5
+    deadline = time.time() + 30           # stats reach the frontend after the output
+    while True:
+        after = shift_counters(base)
+        delta = {k: after[k] - before[k] for k in after}
+        if delta[("steps", "full_tp")] >= 4 or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert delta == {("steps", "sp"): 1, ("tokens", "sp"): n,
+                     ("steps", "full_tp"): 4, ("tokens", "full_tp"): 4}, delta
 
 
 def test_completion_matches_offline_tp1(server, model):

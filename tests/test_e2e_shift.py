@@ -24,18 +24,6 @@ pytestmark = pytest.mark.e2e
 BUDGET = 64      # max_num_batched_tokens in ENGINE: the largest step
 
 
-@pytest.fixture(scope="module")
-def llama(models_dir):
-    from harness.models import make_model
-
-    return make_model(models_dir, "llama", heads=8, kv_heads=2)
-
-
-@pytest.fixture(scope="module")
-def llama_ref(llama):
-    return run(llama)
-
-
 def served(r, mode: str) -> list[int]:
     return [rank["served"][mode] for rank in r.shift]
 
@@ -84,9 +72,10 @@ def test_forced_sp(llama):
 
 def test_compiled_with_inductor(llama, llama_ref, tmp_path):
     """torch.compile (Dynamo + Inductor) as a CPU user gets it: each model
-    is traced under its own process groups and compiled under its own cache
-    tag, so the SP graphs hold the all-to-alls and the full-TP graphs the
-    all-reduces over the full-TP group."""
+    is traced under its own process groups with its own compile cache, so
+    the SP graphs hold the all-to-alls (whose declared output layout must
+    match the real one) and the full-TP graphs the all-reduces over the
+    full-TP group."""
     got = run(llama, sp=2, shift_parallel=True, shift_parallel_threshold=8,
               enforce_eager=False,
               env={"TORCHDYNAMO_DISABLE": "0", "VLLM_CACHE_ROOT": str(tmp_path)})
@@ -96,3 +85,15 @@ def test_compiled_with_inductor(llama, llama_ref, tmp_path):
     # Each model has its own compile artefacts (AOT cache: one per config hash).
     models = list((tmp_path / "torch_compile_cache").glob("*/*/rank_0_0/model"))
     assert len(models) == 2, models
+
+
+def test_moe(models_dir):
+    """Qwen3-MoE: the full-TP model's MoE layers are found by name through
+    its own layer table (the forward context is switched with the mode)."""
+    from harness.models import make_model
+
+    model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
+    got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_same(run(model), got, what="Qwen3-MoE shift vs TP=1")
+    check_shift_run(got, 2)
+    assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift

@@ -1,0 +1,108 @@
+"""--shift-parallel and --shift-parallel-threshold: flags, config hash,
+one-line errors before any worker starts, and the threshold's contract with
+CUDA-graph padding (the scheduler's per-mode counts equal the workers'
+choice)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from harness.models import make_model
+from test_ulysses_config import engine_config, error_line
+
+
+@pytest.fixture(scope="module")
+def llama(models_dir):
+    return make_model(models_dir, "llama", heads=8, kv_heads=2)
+
+
+def test_cli_flags_and_help():
+    from vllm.config import ParallelConfig
+    from vllm.config.utils import get_attr_docs
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    args = parser.parse_args(["--model", "m", "-sp", "2", "--shift-parallel",
+                              "--shift-parallel-threshold", "128"])
+    ea = EngineArgs.from_cli_args(args)
+    assert (ea.shift_parallel, ea.shift_parallel_threshold) == (True, 128)
+    plain = EngineArgs.from_cli_args(parser.parse_args(["--model", "m"]))
+    assert plain.shift_parallel is False
+    assert plain.shift_parallel_threshold == ParallelConfig.shift_parallel_threshold
+    docs = get_attr_docs(ParallelConfig)
+    assert "full TP" in docs["shift_parallel"] and "one shared KV cache" in docs["shift_parallel"]
+    assert "multiple of SP" in docs["shift_parallel_threshold"]
+
+
+def test_llm_kwargs_and_hash(llama):
+    sp = engine_config(llama, sequence_parallel_size=2)
+    shift = engine_config(llama, sequence_parallel_size=2, shift_parallel=True)
+    other = engine_config(llama, sequence_parallel_size=2, shift_parallel=True,
+                          shift_parallel_threshold=64)
+    assert shift.parallel_config.shift_parallel and shift.parallel_config.world_size == 2
+    hashes = {c.parallel_config.compute_hash() for c in (sp, shift, other)}
+    assert len(hashes) == 3
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(shift_parallel=True), "needs --sequence-parallel-size > 1"),
+    (dict(sequence_parallel_size=2, shift_parallel=True, shift_parallel_threshold=0),
+     "must be a whole number >= 1"),
+    (dict(sequence_parallel_size=2, shift_parallel=True, shift_parallel_threshold=-5),
+     "must be a whole number >= 1"),
+    (dict(sequence_parallel_size=2, shift_parallel_threshold=64),
+     "only applies with --shift-parallel"),
+    (dict(sequence_parallel_size=2, pipeline_parallel_size=2, shift_parallel=True),
+     "does not support pipeline parallelism"),
+    (dict(sequence_parallel_size=2, shift_parallel=True, enable_lora=True),
+     "does not support LoRA"),
+])
+def test_bad_input_rejected(llama, kw, needle):
+    with pytest.raises(Exception) as excinfo:
+        engine_config(llama, **kw)
+    assert "--shift-parallel" in error_line(excinfo, needle)
+
+
+@pytest.mark.parametrize("sp,threshold", [(2, 256), (2, 7), (4, 30), (2, 1), (2, 4096)])
+def test_padding_never_crosses_the_threshold(llama, sp, threshold):
+    """The workers pick the mode from the padded step size, the scheduler
+    (/metrics) from the scheduled one.  With the threshold rounded up to a
+    multiple of SP and added to the capture sizes, the two always agree."""
+    from vllm.distributed import shift
+
+    cfg = engine_config(llama, sequence_parallel_size=sp, shift_parallel=True,
+                        shift_parallel_threshold=threshold, max_num_batched_tokens=4096)
+    gpu_sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+    sizes = shift.capture_sizes(cfg, [s for s in gpu_sizes if s % sp == 0])
+    t = shift.effective_threshold(cfg.parallel_config)
+    assert t % sp == 0 and t >= threshold
+    if t < max(sizes):
+        assert t in sizes
+
+    def padded(n):          # what the runners do: a captured size, else a multiple of SP
+        fits = [s for s in sizes if s >= n]
+        return fits[0] if fits else -(-n // sp) * sp
+
+    for n in range(1, 4097):
+        worker_full_tp = padded(n) <= t
+        mode, tokens = shift.step_stats(cfg, n)
+        assert (mode == "full_tp") == worker_full_tp, (n, padded(n), t)
+        assert tokens == n
+    assert shift.step_stats(cfg, 0) is None
+    assert shift.step_stats(engine_config(llama, sequence_parallel_size=sp), 5) is None
+
+
+def test_cli_rejects_before_starting_workers(llama):
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
+    proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(llama),
+                           "--shift-parallel", "--max-model-len", "256", "--enforce-eager",
+                           "--skip-tokenizer-init"],
+                          capture_output=True, text=True, timeout=180, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "it needs --sequence-parallel-size > 1" in out, out[-3000:]
+    assert "Worker" not in out and "EngineCore" not in out, "workers must not start"

@@ -1,0 +1,75 @@
+"""Shift building blocks without an engine, under gloo: the full-TP view of
+the process groups, and the row-parallel weight sharing (a full-TP layer
+whose weight is a view of the SP model's computes the same product as a
+dense matmul, with its all-reduce over the full-TP group).
+
+Why a unit test: the CPU engine packs linear weights for oneDNN and drops
+the plain tensors, so the e2e tests never share weights; on GPUs they do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from test_ulysses_unit import free_port
+
+WORKER = textwrap.dedent('''
+    import sys, torch
+    rank, world, tp, sp, port = map(int, sys.argv[1:6])
+    from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state as ps, shift, ulysses
+    from vllm.distributed.communication_op import tensor_model_parallel_all_reduce
+    from vllm.model_executor.layers.linear import RowParallelLinear
+    cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=tp,
+                     sequence_parallel_size=sp, distributed_executor_backend="mp"))
+    with set_current_vllm_config(cfg):
+        ps.init_distributed_environment(world, rank, f"tcp://127.0.0.1:{port}", rank, "gloo")
+        ps.initialize_model_parallel(tp, 1, backend="gloo")
+        t, s = ps.get_tensor_model_parallel_rank(), ulysses.sp_rank()
+        full_rank = ulysses.get_full_tp_group().rank_in_group
+        # the full-TP view: TP is the full-TP group, SP is gone
+        with ulysses.as_full_tp():
+            assert ps.get_tensor_model_parallel_world_size() == tp * sp
+            assert ps.get_tensor_model_parallel_rank() == full_rank == t * sp + s
+            assert ulysses.sp_size() == 1
+        assert ps.get_tensor_model_parallel_world_size() == tp and ulysses.sp_size() == sp
+        I, O, T = 64, 24, 5
+        sp_layer = RowParallelLinear(I, O, bias=False, return_bias=False, prefix="down")
+        with ulysses.as_full_tp():
+            full_layer = RowParallelLinear(I, O, bias=False, return_bias=False, prefix="down")
+    g = torch.Generator().manual_seed(0)                      # same on every rank
+    W, x = torch.randn(O, I, generator=g), torch.randn(T, I, generator=g)
+    cols = I // tp
+    sp_layer.weight.data.copy_(W[:, t * cols:(t + 1) * cols])
+    full_layer.weight.data.fill_(float("nan"))
+    saved = shift.share_weights(sp_layer, full_layer)
+    k = I // (tp * sp)
+    assert saved == O * k * 4, saved
+    assert full_layer.weight.untyped_storage().data_ptr() == sp_layer.weight.untyped_storage().data_ptr()
+    assert torch.equal(full_layer.weight, W[:, full_rank * k:(full_rank + 1) * k])
+    with ulysses.as_full_tp():
+        y = tensor_model_parallel_all_reduce(
+            torch.nn.functional.linear(x[:, full_rank * k:(full_rank + 1) * k], full_layer.weight))
+    torch.testing.assert_close(y, x @ W.T, rtol=1e-5, atol=1e-5)
+    ps.destroy_model_parallel()
+    print("worker-ok", rank, flush=True)
+''')
+
+
+@pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
+def test_row_parallel_weights_shared_across_layouts(tmp_path, tp, sp):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    world, port = tp * sp, free_port()
+    # (the CPU engine names its shared-memory groups by VLLM_DIST_IDENT; so do we)
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", OMP_NUM_THREADS="1",
+               VLLM_DIST_IDENT=f"shift-unit-{port}")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(tp), str(sp),
+                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env) for r in range(world)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"worker-ok {r}" in out, out[-3000:]
