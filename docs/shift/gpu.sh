@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Shift Parallelism evidence on 2xH200, one resumable script.  Each step
+# leaves done.STEP in /root/bench/res and is skipped when run again; results
+# go to /root/bench/res (and to $OUT from `status`).
+#
+#   cp -r . /root/work && cd /root/work        # a copy no later call replaces
+#   env -u OUT setsid bash docs/shift/gpu.sh run PARTS_DIR > /dev/null 2>&1 < /dev/null &
+#   bash docs/shift/gpu.sh status                                    # progress, copy results to $OUT
+#
+# Steps, in order of what the issue needs most:
+#   1. installs: official vLLM 0.26.0 in /tmp/site, ours over it in /tmp/site-ours
+#   2. serving: shift, SP=2, TP=2 through `vllm serve` + `vllm bench serve`
+#      (Llama-3.1-8B shape, dummy weights; TTFT 1k/8k/32k, TPOT at one user,
+#      throughput at saturation 2000 in / 250 out)
+#   3. equivalence: shift (threshold 256) on the seeded random 8B checkpoint of
+#      docs/gpu/, compared with the TP=1 run committed there
+#   4. threshold sweep: shift with thresholds 8, 32, 512, 2048 (256 is step 2)
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+res=/root/bench/res
+mkdir -p "$res/equiv"
+export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+
+step() {
+  local name=$1; shift
+  [[ -f "$res/done.$name" ]] && return 0
+  echo "== $name $(date +%T)" >> "$res/progress.log"
+  if "$@" >> "$res/progress.log" 2>&1; then
+    touch "$res/done.$name"; echo "== $name ok $(date +%T)" >> "$res/progress.log"
+  else
+    echo "!! $name failed $(date +%T)" >> "$res/progress.log"
+  fi
+}
+
+case "$1" in
+  run)
+    parts=$2
+    cd "$here"
+    step installs bash benchmarks/host-setup.sh "$parts"
+    step hw bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvidia-smi topo -m'
+    step model env PYTHONPATH=/tmp/site python3 benchmarks/run.py setup --shape 8b
+    step serve python3 benchmarks/run.py layout shift sp2 tp2 --workloads lat1k,lat8k,lat32k,sat
+    step ckpt env PYTHONPATH=/tmp/site python3 docs/gpu/sp_gpu.py ckpt /root/ckpt
+    step equiv env SHIFT=256 LAYOUT_SUFFIX=" shift256" PYTHONPATH=/tmp/site-ours \
+      python3 docs/gpu/sp_gpu.py engine /root/ckpt --sp 2 --out "$res/equiv/shift256.json"
+    step equiv_report bash -c "PYTHONPATH=/tmp/site python3 docs/gpu/sp_gpu.py report \
+      docs/gpu/results-2026-11-22/tp1_sp1.json docs/gpu/results-2026-11-22/tp2_sp1.json \
+      docs/gpu/results-2026-11-22/tp1_sp2.json $res/equiv/shift256.json > $res/equiv/report.md"
+    step sweep python3 benchmarks/run.py layout shift_t32 shift_t2048 shift_t8 shift_t512 \
+      --workloads lat1k,sat
+    step report python3 benchmarks/run.py report
+    echo "== all steps tried $(date +%T)" >> "$res/progress.log" ;;
+  status)
+    tail -n 25 "$res/progress.log" 2>/dev/null
+    ls "$res" 2>/dev/null | tr '\n' ' '; echo
+    if [[ -n "${OUT:-}" ]]; then
+      cp -r "$res" "$OUT/" 2>/dev/null
+      cp /root/ckpt/config.json "$OUT/res/ckpt-config.json" 2>/dev/null || true
+    fi ;;
+esac
