@@ -54,7 +54,7 @@ case "$1" in
     tail -n 25 "$res/progress.log" 2>/dev/null
     ls "$res" 2>/dev/null | tr '\n' ' '; echo
     if [[ -n "${OUT:-}" ]]; then
-      cp -r "$res" "$OUT/" 2>/dev/null
-      cp /root/ckpt/config.json "$OUT/res/ckpt-config.json" 2>/dev/null || true
+      # one archive: $OUT keeps only shallow folders
+      tar czf "$OUT/res.tgz" -C /root/bench res --exclude='*.safetensors' 2>/dev/null
     fi ;;
 esac
