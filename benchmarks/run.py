@@ -197,8 +197,40 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
     want = int(args[args.index("--num-prompts") + 1])
     if r.get("completed") != want or r.get("failed", 0):
         result.rename(result.with_suffix(".failed.json"))    # not done: rerun next time
+        # `vllm bench` keeps only the HTTP reason ("Bad Request"): replay the
+        # same prompts to record what the server said.
+        subprocess.run([sys.executable, __file__, "probe", "--port", str(port), "--tokenizer",
+                        str(model), "--workloads", workload, "--probe-out",
+                        str(out_dir / f"{workload}.errors.json")],
+                       env=env_for(layout, shape), timeout=900)
         raise RuntimeError(f"{layout}/{workload}: {r.get('completed')} of {want} requests "
                            f"completed, {r.get('failed')} failed")
+
+
+def probe(port: int, tokenizer: str, workload: str, out: Path) -> None:
+    """Send a workload's prompts (same dataset and seed as `vllm bench`) one
+    at a time and keep every non-200 answer with its body."""
+    from vllm.benchmarks.datasets import RandomDataset
+    from vllm.tokenizers import get_tokenizer
+
+    args = WORKLOADS[workload]
+    val = lambda k: int(args[args.index(k) + 1])  # noqa: E731
+    reqs = RandomDataset(random_seed=0).sample(
+        tokenizer=get_tokenizer(tokenizer), num_requests=val("--num-prompts"),
+        input_len=val("--random-input-len"), output_len=val("--random-output-len"))
+    errors = []
+    for i, rq in enumerate(reqs):
+        body = json.dumps({"model": "m", "prompt": rq.prompt, "ignore_eos": True,
+                           "max_tokens": rq.expected_output_len}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=600).read()
+        except urllib.error.HTTPError as e:
+            errors.append({"request": i, "prompt_len": rq.prompt_len, "status": e.code,
+                           "body": e.read().decode(errors="replace")[:2000]})
+    out.write_text(json.dumps({"requests": len(reqs), "errors": errors}, indent=1))
+    print(f"probe: {len(errors)} of {len(reqs)} failed -> {out}", flush=True)
 
 
 def context_sweep(base: str, out_dir: Path, limit: int) -> None:
@@ -359,14 +391,19 @@ def plot(shape: str, res: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["setup", "layout", "report"])
+    ap.add_argument("what", choices=["setup", "layout", "report", "probe"])
     ap.add_argument("layouts", nargs="*")
     ap.add_argument("--shape", default="8b", choices=sorted(SHAPES))
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                     help=f"comma list of {sorted(WORKLOADS) + ['ctx']}")
     ap.add_argument("--serve-args", default="", help="extra `vllm serve` arguments")
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)         # probe (internal)
+    ap.add_argument("--tokenizer", help=argparse.SUPPRESS)
+    ap.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.what == "setup":
+    if a.what == "probe":
+        probe(a.port, a.tokenizer, a.workloads, a.probe_out)
+    elif a.what == "setup":
         print("model:", write_model(BENCH / "models" / a.shape, a.shape))
     elif a.what == "layout":
         bad = [l for l in a.layouts if l not in LAYOUTS]
