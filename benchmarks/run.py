@@ -83,6 +83,20 @@ DEFAULT_WORKLOADS = ["lat1k", "lat8k", "lat32k", "sat"]
 
 # ---------------------------------------------------------------- models
 
+def word(i: int) -> str:
+    """The i-th word of the generated vocabulary: 'w' + base 36, at most 5
+    characters.  Short on purpose: vLLM rejects a prompt whose text is
+    longer than ~7 characters per token of the context before tokenizing
+    it, and decimal words ("w128000 ") tripped that bound at 32k tokens."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        i, r = divmod(i, 36)
+        out = digits[r] + out
+        if i == 0:
+            return "w" + out
+
+
 def write_model(path: Path, shape: str) -> Path:
     """config.json of a real Llama-3.1 shape and a word-level tokenizer over
     its whole vocabulary."""
@@ -99,7 +113,7 @@ def write_model(path: Path, shape: str) -> Path:
                                  original_max_position_embeddings=8192, rope_type="llama3"),
                **dims)
     (path / "config.json").write_text(json.dumps(cfg, indent=1))
-    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(vocab - 3)]
+    words = ["<unk>", "<s>", "</s>"] + [word(i) for i in range(vocab - 3)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")   # joins words with spaces
@@ -239,7 +253,7 @@ def context_sweep(base: str, out_dir: Path, limit: int) -> None:
     rows = []
     n = 1024
     while True:
-        prompt = " ".join(f"w{3 + (i * 7919) % 100000}" for i in range(n))
+        prompt = " ".join(word((i * 7919) % 100000) for i in range(n))
         body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 16,
                            "ignore_eos": True}).encode()
         t0 = time.time()
@@ -271,15 +285,22 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     started = time.time() - t0
     (out_dir / "startup.json").write_text(json.dumps({"seconds": started}))
     print(f"{layout}: server up in {started:.0f} s", flush=True)
+    failed = []
     try:
-        for w in todo:
+        for w in todo:      # one workload failing does not stop the others
             t1 = time.time()
-            if w == "ctx":
-                context_sweep(base, out_dir, 33999 if shape != "tiny" else 4095)
-            else:
-                bench(layout, w, shape, model, port, out_dir)
+            try:
+                if w == "ctx":
+                    context_sweep(base, out_dir, 33999 if shape != "tiny" else 4095)
+                else:
+                    bench(layout, w, shape, model, port, out_dir)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"!! {e}", flush=True)
+                failed.append(w)
             print(f"{layout}/{w}: {time.time() - t1:.0f} s", flush=True)
             copy_out()
+        if failed:
+            raise RuntimeError(f"{layout}: failed workloads {failed}")
     finally:
         with open(out_dir / "metrics.txt", "w") as f:
             try:
