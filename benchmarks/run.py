@@ -9,7 +9,7 @@ On the GPU host (after benchmarks/host-setup.sh):
     python3 benchmarks/run.py layout tp1 sp2 shift ...   # run what is not done yet
     python3 benchmarks/run.py report                     # table + plots
 
-Results live in $BENCH_DIR (default /root/bench/res) and are copied to $OUT
+Results live in $BENCH_DIR (default /root/bench/res) and are archived to $OUT/res.tgz
 after every workload, so a call cut short by its time limit loses at most
 the workload it was in; the next call skips whatever is already there.
 
@@ -26,11 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -85,9 +85,7 @@ DEFAULT_WORKLOADS = ["lat1k", "lat8k", "lat32k", "sat"]
 
 def word(i: int) -> str:
     """The i-th word of the generated vocabulary: 'w' + base 36, at most 5
-    characters.  Short on purpose: vLLM rejects a prompt whose text is
-    longer than ~7 characters per token of the context before tokenizing
-    it, and decimal words ("w128000 ") tripped that bound at 32k tokens."""
+    characters, so a 32k-token prompt stays a modest ~200 kB request."""
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
     out = ""
     while True:
@@ -113,12 +111,18 @@ def write_model(path: Path, shape: str) -> Path:
                                  original_max_position_embeddings=8192, rope_type="llama3"),
                **dims)
     (path / "config.json").write_text(json.dumps(cfg, indent=1))
-    words = ["<unk>", "<s>", "</s>"] + [word(i) for i in range(vocab - 3)]
+    # Llama 3's own special-token names: besides being faithful, they make the
+    # longest token 17 characters, as in the real vocabulary.  vLLM rejects a
+    # prompt longer than (longest token) x (context) characters before
+    # tokenizing; with only short words a 32k prompt (6 characters a token
+    # with its space) fails that bound although it fits the context.
+    bos, eos = "<|begin_of_text|>", "<|end_of_text|>"
+    words = ["<unk>", bos, eos] + [word(i) for i in range(vocab - 3)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")   # joins words with spaces
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token=bos,
+                                   eos_token=eos)
     fast.save_pretrained(path)
     ids = list(range(3, 3 + 500))
     assert fast(fast.decode(ids), add_special_tokens=False)["input_ids"] == ids, "no round trip"
@@ -312,9 +316,14 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
 
 
 def copy_out() -> None:
+    """Results so far as one archive in $OUT: the device tool returns only
+    shallow folders (a copied tree came back empty), and a call cut short
+    by its time limit still returns what $OUT holds."""
     out = os.environ.get("OUT")
     if out:
-        shutil.copytree(RES, Path(out) / "res", dirs_exist_ok=True)
+        with tarfile.open(Path(out) / "res.tgz.tmp", "w:gz") as tar:
+            tar.add(RES, arcname="res")
+        os.replace(Path(out) / "res.tgz.tmp", Path(out) / "res.tgz")
 
 
 # ---------------------------------------------------------------- report

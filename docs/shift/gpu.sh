@@ -4,14 +4,19 @@
 # go to /root/bench/res (and to $OUT from `status`).
 #
 #   cp -r . /root/work && cd /root/work        # a copy no later call replaces
-#   env -u OUT setsid bash docs/shift/gpu.sh run PARTS_DIR > /dev/null 2>&1 < /dev/null &
-#   bash docs/shift/gpu.sh status                                    # progress, copy results to $OUT
+#   env -u OUT setsid bash docs/shift/gpu.sh run PARTS_DIR [RES_TGZ] > /dev/null 2>&1 < /dev/null &
+#   sleep 560; bash docs/shift/gpu.sh status          # progress; results as $OUT/res.tgz
+#
+# Poll back to back: the host goes back after 30 s idle and keeps nothing.
+# If it went back anyway, carry the last res.tgz to the fresh host as
+# RES_TGZ: the run starts from it and skips what it holds.
 #
 # Steps, in order of what the issue needs most:
 #   1. installs: official vLLM 0.26.0 in /tmp/site, ours over it in /tmp/site-ours
 #   2. serving: shift, SP=2, TP=2 through `vllm serve` + `vllm bench serve`
 #      (Llama-3.1-8B shape, dummy weights; TTFT 1k/8k/32k, TPOT at one user,
-#      throughput at saturation 2000 in / 250 out)
+#      throughput at saturation 2000 in / 250 out; the context sweep: HTTP 400 past
+#      --max-model-len, server still healthy)
 #   3. equivalence: shift (threshold 256) on the seeded random 8B checkpoint of
 #      docs/gpu/, compared with the TP=1 run committed there
 #   4. threshold sweep: shift with thresholds 8, 32, 512, 2048 (256 is step 2)
@@ -36,10 +41,15 @@ case "$1" in
   run)
     parts=$2
     cd "$here"
+    if [[ -n "${3:-}" && ! -f "$res/progress.log" ]]; then
+      tar xzf "$3" -C /root/bench && echo "== resumed from $3 $(date +%T)" >> "$res/progress.log"
+      # what lived on the old host only (installs, model dir, checkpoint) is redone
+      rm -f "$res"/done.{installs,hw,model,ckpt}
+    fi
     step installs bash benchmarks/host-setup.sh "$parts"
     step hw bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvidia-smi topo -m'
     step model env PYTHONPATH=/tmp/site python3 benchmarks/run.py setup --shape 8b
-    step serve python3 benchmarks/run.py layout shift sp2 tp2 --workloads lat1k,lat8k,lat32k,sat
+    step serve python3 benchmarks/run.py layout shift sp2 tp2 --workloads lat1k,lat8k,lat32k,sat,ctx
     step ckpt env PYTHONPATH=/tmp/site python3 docs/gpu/sp_gpu.py ckpt /root/ckpt
     step equiv env SHIFT=256 LAYOUT_SUFFIX=" shift256" PYTHONPATH=/tmp/site-ours \
       python3 docs/gpu/sp_gpu.py engine /root/ckpt --sp 2 --out "$res/equiv/shift256.json"
