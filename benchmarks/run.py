@@ -79,6 +79,7 @@ for _r in (2, 4, 8, 16, 32):                        # latency-throughput curve, 
     WORKLOADS[f"rate{_r}"] = ["--random-input-len", "2000", "--random-output-len", "250",
                               "--num-prompts", str(max(40, 6 * _r)), "--request-rate", str(_r)]
 DEFAULT_WORKLOADS = ["lat1k", "lat8k", "lat32k", "sat"]
+MAX_MODEL_LEN = {False: 34000, True: 4096}          # GPU shapes, the tiny dry run
 
 
 # ---------------------------------------------------------------- models
@@ -155,10 +156,9 @@ def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
            "--served-model-name", "m", "--port", str(port), "--host", "127.0.0.1",
            "--load-format", "dummy", "--seed", "0", *args, *extra]
+    cmd += ["--max-model-len", str(MAX_MODEL_LEN[shape == "tiny"])]
     if shape == "tiny":
-        cmd += ["--max-model-len", "4096", "--enforce-eager", "--dtype", "float32"]
-    else:
-        cmd += ["--max-model-len", "34000"]
+        cmd += ["--enforce-eager", "--dtype", "float32"]
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
@@ -251,12 +251,14 @@ def probe(port: int, tokenizer: str, workload: str, out: Path) -> None:
     print(f"probe: {len(errors)} of {len(reqs)} failed -> {out}", flush=True)
 
 
-def context_sweep(base: str, out_dir: Path, limit: int) -> None:
-    """Seed 002's method: grow the prompt until past --max-model-len; the
-    request over the limit gets HTTP 400 and the server keeps serving."""
+def context_sweep(base: str, out_dir: Path, max_model_len: int) -> None:
+    """Seed 002's method: grow the prompt until past --max-model-len.  The
+    longest prompt that fits (with its 16 output tokens) must be served, one
+    token more gets HTTP 400, and the server keeps serving."""
+    fits = max_model_len - 16
+    lengths = [n for n in (1024 * 2 ** k for k in range(8)) if n < fits] + [fits, fits + 1]
     rows = []
-    n = 1024
-    while True:
+    for n in lengths:
         prompt = " ".join(word((i * 7919) % 100000) for i in range(n))
         body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 16,
                            "ignore_eos": True}).encode()
@@ -267,13 +269,14 @@ def context_sweep(base: str, out_dir: Path, limit: int) -> None:
             json.load(urllib.request.urlopen(req, timeout=600))
             rows.append({"prompt_tokens": n, "status": 200, "seconds": time.time() - t0})
         except urllib.error.HTTPError as e:
-            rows.append({"prompt_tokens": n, "status": e.code, "seconds": time.time() - t0})
-            break
-        if n > limit:
-            break
-        n = n * 2 if n * 2 <= limit else limit + 1
+            rows.append({"prompt_tokens": n, "status": e.code, "seconds": time.time() - t0,
+                         "body": e.read().decode(errors="replace")[:500]})
     alive = urllib.request.urlopen(base + "/health", timeout=30).status
     (out_dir / "ctx.json").write_text(json.dumps({"rows": rows, "health_after": alive}, indent=1))
+    want = [200] * (len(lengths) - 1) + [400]
+    if [r["status"] for r in rows] != want or alive != 200:
+        raise RuntimeError(f"context sweep: statuses {[r['status'] for r in rows]}, want {want}; "
+                           f"/health {alive}")
 
 
 def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) -> None:
@@ -295,7 +298,7 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
             t1 = time.time()
             try:
                 if w == "ctx":
-                    context_sweep(base, out_dir, 33999 if shape != "tiny" else 4095)
+                    context_sweep(base, out_dir, MAX_MODEL_LEN[shape == "tiny"])
                 else:
                     bench(layout, w, shape, model, port, out_dir)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
