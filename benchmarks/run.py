@@ -61,6 +61,7 @@ LAYOUTS = {
     "tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2"]),
     "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
 }
+DEFAULT_THRESHOLD = 256                             # --shift-parallel-threshold's default
 for _n in (8, 32, 128, 512, 2048):                  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
                                             "--shift-parallel-threshold", str(_n)])
@@ -381,10 +382,28 @@ def report(shape: str) -> str:
                              f"{ratio('lat32k', 'median_ttft_ms', True)} | "
                              f"{ratio('lat1k', 'median_tpot_ms', True)} | "
                              f"{ratio('sat', 'output_throughput', False)} |")
+    sweep = sweep_points(res)
+    if sweep:
+        lines += ["", "Shift threshold sweep (`shift` is the default threshold):", "",
+                  "| threshold (tokens) | TTFT 1k (ms) | TPOT 1 user (ms) | sat. output tok/s "
+                  "| sat. TPOT p50 (ms) |", "| --- | --- | --- | --- | --- |"]
+        for n, layout in sweep:
+            lines.append(f"| {n} | {g(layout, 'lat1k', 'median_ttft_ms', fmt='{:.1f}')} | "
+                         f"{g(layout, 'lat1k', 'median_tpot_ms', fmt='{:.3f}')} | "
+                         f"{g(layout, 'sat', 'output_throughput')} | "
+                         f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
     text = "\n".join(lines) + "\n"
     (RES / shape / "report.md").write_text(text)
     plot(shape, res)
     return text
+
+
+def sweep_points(res: dict) -> list[tuple[int, str]]:
+    """(threshold, layout) of every measured shift layout, sorted."""
+    pts = [(int(n[len("shift_t"):]), n) for n in res if n.startswith("shift_t")]
+    if "shift" in res:
+        pts.append((DEFAULT_THRESHOLD, "shift"))
+    return sorted(pts)
 
 
 def plot(shape: str, res: dict) -> None:
@@ -418,6 +437,25 @@ def plot(shape: str, res: dict) -> None:
         ax.legend()
     fig.tight_layout()
     fig.savefig(RES / shape / "latency_throughput.png", dpi=100)
+    sweep = sweep_points(res)
+    if len(sweep) > 1:
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        for ax, (w, key, title) in zip(axes, [("lat1k", "median_tpot_ms", "TPOT, 1 user (ms)"),
+                                               ("lat1k", "median_ttft_ms", "TTFT 1k, 1 user (ms)"),
+                                               ("sat", "output_throughput",
+                                                "output tok/s at saturation")]):
+            pts = [(n, res[l][w][key]) for n, l in sweep if res[l].get(w, {}).get(key)]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="shift")
+            for ref in ("tp2", "sp2"):
+                v = res.get(ref, {}).get(w, {}).get(key)
+                if v:
+                    ax.axhline(v, ls="--", color="gray" if ref == "tp2" else "black", label=ref)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("--shift-parallel-threshold (tokens)")
+            ax.set_title(title)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(RES / shape / "shift_threshold_sweep.png", dpi=100)
 
 
 # ---------------------------------------------------------------- main
