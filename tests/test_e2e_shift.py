@@ -60,9 +60,15 @@ def test_forced_full_tp(llama, llama_ref):
 def test_forced_sp(llama):
     """The smallest threshold (1, rounded up to SP=2) under steps that all
     have more tokens: four equal prompts prefill in one step and decode
-    together, so the full-TP model is loaded but never serves a step."""
+    together, so the full-TP model is loaded but never serves a step.
+
+    The engine core runs in-process here: with its own process (the
+    default) it starts stepping as soon as the first request reaches it,
+    and on a slow machine the four requests then start one or two steps
+    apart, so the last decode steps carry 1-2 tokens and rightly run in
+    full TP (seen once in CI)."""
     prompts = [p[:40] for p in (LONG, LONG[40:], LONG[80:], LONG[100:])]
-    kw = dict(ENGINE, max_num_batched_tokens=256)
+    kw = dict(ENGINE, max_num_batched_tokens=256, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     ref = run_engine(llama, prompts, **kw)
     got = run_engine(llama, prompts, sp=2, shift_parallel=True, shift_parallel_threshold=1, **kw)
     assert_same(ref, got, what="shift, all steps SP, vs TP=1")
