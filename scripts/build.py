@@ -112,7 +112,10 @@ def tools_python(cache: Path, version_dir: Path) -> Path:
 
 
 def fetch(name: str, filename: str, lock: dict[str, str], cache: Path,
-          version_dir: Path, sdist: bool) -> Path:
+          version_dir: Path, sdist: bool, record: dict[str, str] | None = None) -> Path:
+    """Download (once) and check against the lock.  ``record``: for a release
+    that has no lock yet (scripts/rebase.py), hash what was downloaded into
+    this dict instead of refusing it."""
     dest = cache / "downloads"
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / filename
@@ -132,6 +135,9 @@ def fetch(name: str, filename: str, lock: dict[str, str], cache: Path,
         if proc.returncode != 0 or not path.exists():
             raise BuildError(f"cannot download {name}=={version}: {pip_failure_reason(proc.stdout)}")
     want = lock.get(filename)
+    if want is None and record is not None:
+        record[filename] = sha256_file(path)
+        return path
     if want is None:
         raise BuildError(f"{filename} is not in the lock file {version_dir / 'SHA256SUMS'}")
     got = sha256_file(path)
@@ -204,6 +210,61 @@ def make_tree(sdist: Path, version: str, version_dir: Path, overlay: Path, build
         git(tree, "commit", "-q", "--allow-empty", "-m", "overlay")
     log(f"tree: {tree} (pristine + {len(series)} patches + overlay)")
     return tree
+
+
+def read_series_blocks(version_dir: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """The series file's header comments, and the comment lines that stand
+    before each patch (they group the patches for a reader)."""
+    header, before, pending, seen = [], {}, [], False
+    for line in (version_dir / "series").read_text().splitlines():
+        name = line.split("#", 1)[0].strip()
+        if name:
+            before[name], pending, seen = pending, [], True
+        elif not seen and line.startswith("# Applied in order"):
+            continue
+        elif not seen:
+            header.append(line)
+        else:
+            pending.append(line)
+    return header, before
+
+
+def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
+                  comments_from: Path | None = None) -> list[str]:
+    """Write the commits ``base..HEAD`` of a work tree out as the series: one
+    ``NNNN-slug.patch`` per commit whose header is the commit message, plus the
+    ``series`` file (grouping comments kept from ``comments_from``'s series).
+    The slug comes from a ``Patch: NNNN-slug`` line in the message, else from
+    the subject.  Commits named ``overlay`` are skipped (overlay/ lives in
+    this repo)."""
+    out.mkdir(parents=True, exist_ok=True)
+    commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD", merge=False).stdout.split()
+    for old in out.glob("*.patch"):
+        old.unlink()
+    names = []
+    for sha in commits:
+        msg = git(tree, "log", "-1", "--format=%B", sha, merge=False).stdout.rstrip() + "\n"
+        subject = msg.splitlines()[0]
+        if subject == "overlay":
+            continue
+        m = re.search(r"^Patch: (\d{4}-[a-z0-9-]+)$", msg, flags=re.M)
+        if m:
+            name = m.group(1) + ".patch"
+            msg = msg.replace(m.group(0) + "\n", "")
+        else:
+            slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:48].strip("-")
+            name = f"{len(names) + 1:04d}-{slug}.patch"
+        diff = git(tree, "show", "--format=", "--no-color", "--full-index", sha,
+                   merge=False).stdout
+        (out / name).write_text(msg.rstrip() + "\n\n" + diff)
+        names.append(name)
+    header, before = read_series_blocks(comments_from or out) \
+        if (comments_from or out).joinpath("series").exists() else ([], {})
+    lines = [f"# Applied in order by build.sh onto the pristine vLLM {version} sdist."] + header
+    for n in names:
+        lines += before.get(n, []) + [n]
+    (out / "series").write_text("\n".join(lines) + "\n")
+    return names
 
 
 # ---------------------------------------------------------------- 3. wheel

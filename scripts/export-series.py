@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write the commits of a work tree (``pristine..HEAD``) back out as the
-patch series: one ``NNNN-slug.patch`` per commit, whose header is the commit
-message, plus the ``series`` file.
+patch series of VLLM_VERSION: one ``NNNN-slug.patch`` per commit, whose
+header is the commit message, plus the ``series`` file (its grouping
+comments kept).
 
     ./build.sh --tree-only --build-dir /tmp/dev     # pristine + series as commits
     cd /tmp/dev/vllm-<ver> && git checkout -b work HEAD~1   # drop the overlay commit
@@ -14,45 +15,17 @@ maintained in this repo directly)."""
 
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build import ROOT, export_series  # noqa: E402
 
 
-def git(tree: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=tree, check=True, text=True,
-                          capture_output=True).stdout
-
-
-def main(tree: Path) -> None:
-    version = (ROOT / "VLLM_VERSION").read_text().strip()
-    out = ROOT / "patches" / f"v{version}"
-    commits = git(tree, "rev-list", "--reverse", "pristine..HEAD").split()
-    names = []
-    for old in out.glob("*.patch"):
-        old.unlink()
-    for sha in commits:
-        msg = git(tree, "log", "-1", "--format=%B", sha).rstrip() + "\n"
-        subject = msg.splitlines()[0]
-        if subject == "overlay":
-            continue
-        m = re.search(r"^Patch: (\d{4}-[a-z0-9-]+)$", msg, flags=re.M)
-        if m:
-            name = m.group(1) + ".patch"
-            msg = msg.replace(m.group(0) + "\n", "")
-        else:
-            slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:48].strip("-")
-            name = f"{len(names) + 1:04d}-{slug}.patch"
-        diff = git(tree, "show", "--format=", "--no-color", "--full-index", sha)
-        (out / name).write_text(msg.rstrip() + "\n\n" + diff)
-        names.append(name)
-    header = f"# Applied in order by build.sh onto the pristine vLLM {version} sdist.\n"
-    (out / "series").write_text(header + "".join(n + "\n" for n in names))
-    print("\n".join(names))
+def main(tree: Path, version: str | None = None) -> None:
+    version = version or (ROOT / "VLLM_VERSION").read_text().strip()
+    print("\n".join(export_series(tree, ROOT / "patches" / f"v{version}", version)))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]).resolve())
+    main(Path(sys.argv[1]).resolve(), *sys.argv[2:3])
