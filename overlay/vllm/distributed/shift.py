@@ -62,6 +62,7 @@ class _Shift:
     model: torch.nn.Module            # the full-TP model
     layers: dict[str, Any]            # its layers by name (attention, MoE)
     threshold: int                    # effective: a multiple of SP
+    sp_layers: dict[str, Any] = field(default_factory=dict)   # the SP model's, by name
     shared_bytes: int = 0
     copied_bytes: int = 0
     steps: dict[str, int] = field(default_factory=lambda: {MODE_SP: 0, MODE_FULL_TP: 0})
@@ -184,7 +185,8 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     finally:
         _BUILDING = False
     state = _Shift(full, cfg.compilation_config.static_forward_context,
-                   effective_threshold(vllm_config.parallel_config))
+                   effective_threshold(vllm_config.parallel_config),
+                   vllm_config.compilation_config.static_forward_context)
     state.shared_bytes = share_weights(model, full)
     state.copied_bytes = _param_bytes(full) - state.shared_bytes
     _STATE = state
@@ -324,7 +326,25 @@ def bind_kv_cache(kv_caches: dict[str, torch.Tensor]) -> None:
         raise RuntimeError(f"shift parallelism: the full-TP model has no layer {missing[0]} "
                            "to bind the KV cache to")
     for name, kv_cache in kv_caches.items():
-        _STATE.layers[name].kv_cache = kv_cache
+        layer = _STATE.layers[name]
+        if hasattr(layer, "bind_kv_cache"):   # vLLM >= 0.32: the layer makes its views
+            layer.bind_kv_cache(kv_cache)
+        else:
+            layer.kv_cache = kv_cache
+        _adopt_runtime_attributes(layer, _STATE.sp_layers.get(name))
+
+
+def _adopt_runtime_attributes(layer: torch.nn.Module, sp_layer: Any) -> None:
+    """Attention backends set attributes on the layers they find in the SP
+    model's table once the KV cache is laid out (vLLM 0.32's CPU backend
+    sets ``isa``, its kernel choice).  The full-TP layer of the same name is
+    of the same class with the same local head counts, so it takes the
+    ones it lacks."""
+    if sp_layer is None:
+        return
+    for key, value in vars(sp_layer).items():
+        if key not in vars(layer):
+            setattr(layer, key, value)
 
 
 def profile_sizes(max_num_tokens: int) -> list[int]:

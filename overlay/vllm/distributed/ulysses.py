@@ -406,13 +406,16 @@ def verify_config(config: VllmConfig) -> None:
     if sc.max_num_batched_tokens % sp:
         raise ValueError(f"max_num_batched_tokens={sc.max_num_batched_tokens} must be a "
                          f"multiple of sequence_parallel_size={sp} (steps are padded to it)")
+    # vLLM's own TP sequence-parallel compile passes split tokens over TP
+    # ranks differently (vLLM 0.32 removed them; 0.26 has them).
     passes = config.compilation_config.pass_config
-    if passes.enable_sp or passes.fuse_gemm_comms:
+    clashing = [n for n in ("enable_sp", "fuse_gemm_comms") if hasattr(passes, n)]
+    if any(getattr(passes, n) for n in clashing):
         logger.warning("Ulysses sequence parallelism (sequence_parallel_size=%d) is on: turning "
-                       "off the compile pass 'enable_sp' (TP sequence parallelism) and "
-                       "'fuse_gemm_comms', which split tokens over TP ranks differently", sp)
-    passes.enable_sp = False
-    passes.fuse_gemm_comms = False
+                       "off the compile passes %s, which split tokens over TP ranks "
+                       "differently", sp, clashing)
+    for name in clashing:
+        setattr(passes, name, False)
 
 
 def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
