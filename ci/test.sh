@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): build the CPU wheel from a clean tree,
-# install it into a venv with its dependencies, run the whole suite on the
-# real vLLM CPU engine.  Also builds the CUDA wheel, whose contents the build
+# install it into a venv with its dependencies, run the suite on the real
+# vLLM CPU engine.  Also builds the CUDA wheel, whose contents the build
 # tests check (it is not run here: no GPU).
-#   ci/test.sh [pytest args...]        venv: $TEST_VENV (default .venv-cpu)
+#   ci/test.sh [pytest args...]                  the pinned release (VLLM_VERSION)
+#   ci/test.sh --version 0.32.0 [pytest args...] another release with patches/v<ver>/
+#                                                (CPU wheel only; e.g. -m core)
+# venv: $TEST_VENV (default .venv-cpu, or .venv-cpu-<ver> for another release)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-venv=${TEST_VENV:-.venv-cpu}
-
-./build.sh --device cuda
-./build.sh --device cpu --install "$venv"
+pin=$(cat VLLM_VERSION)
+version=$pin
+if [[ ${1:-} == --version ]]; then
+  version=$2
+  shift 2
+fi
+if [[ $version == "$pin" ]]; then
+  venv=${TEST_VENV:-.venv-cpu}
+  ./build.sh --device cuda
+else
+  venv=${TEST_VENV:-.venv-cpu-$version}
+fi
+./build.sh --device cpu --version "$version" --install "$venv"
 "$venv/bin/python" -m pip install -q -r tests/requirements.txt
 
 set +e
-"$venv/bin/python" -m pytest tests -v -rA --durations=15 "$@"
+SP_VLLM_VERSION=$version "$venv/bin/python" -m pytest tests -v -rA --durations=15 "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-VERSION = (REPO / "VLLM_VERSION").read_text().strip()
+# The release under test: the pin, or another one ci/test.sh --version built.
+VERSION = os.environ.get("SP_VLLM_VERSION") or (REPO / "VLLM_VERSION").read_text().strip()
 CACHE = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -46,3 +47,5 @@ def llama_ref(llama):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: starts a real vLLM engine (slow)")
+    config.addinivalue_line("markers", "core: the end-to-end equivalence run on every "
+                            "release the series is ported to (ci/test.sh --version V -m core)")

@@ -36,6 +36,7 @@ def check_shift_run(r, world: int):
     assert len({tuple(sorted(rank["served"].items())) for rank in r.shift}) == 1, r.shift
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("tp", [1, 2])
 def test_auto_mode_switches_per_step(llama, llama_ref, tp):
     """Threshold 8: prefill chunks and mixed steps in SP, decodes in full
