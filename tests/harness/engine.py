@@ -57,7 +57,8 @@ def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 
                 engine=dict(tensor_parallel_size=tp, **engine_kwargs))
     if sp != 1:
         spec["engine"]["sequence_parallel_size"] = sp
-    env = {**os.environ, **cpu_env(tp * sp), **(env or {})}
+    world = tp * sp * engine_kwargs.get("pipeline_parallel_size", 1)
+    env = {**os.environ, **cpu_env(world), **(env or {})}
     if engine_kwargs.get("shift_parallel"):
         # The per-rank report is a function sent to the workers.
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
@@ -83,7 +84,8 @@ def _child(spec: dict) -> None:
     engine = dict(enforce_eager=True, max_model_len=1024, seed=0, dtype="float32",
                   skip_tokenizer_init=True, enable_prefix_caching=True)
     engine.update(spec["engine"])
-    if engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1) > 1:
+    if (engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1)
+            * engine.get("pipeline_parallel_size", 1)) > 1:
         engine.setdefault("distributed_executor_backend", "mp")
     t0 = time.time()
     llm = LLM(spec["model"], **engine)
