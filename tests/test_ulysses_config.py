@@ -92,6 +92,24 @@ def test_bad_layouts_rejected(llama, kw, needle):
     assert "sequence_parallel_size" in line or "SP" in line
 
 
+def test_groups_must_stay_within_a_node(llama, monkeypatch):
+    """Two nodes: SP=2 alone would put one rank of each SP group per node
+    (refused, with the bytes its all-to-alls would send); PP=2 x SP=2 keeps
+    each SP group on a node (the stages go across).  The tiny model: 8
+    heads, 2 KV heads of 32 dims, float32: per token of a step each GPU
+    sends (2*8 + 2*2) * 32 * 4 B * (1/2) / 2 = 0.625 KiB per layer."""
+    with pytest.raises(ValueError) as excinfo:
+        engine_config(llama, sequence_parallel_size=2, nnodes=2, node_rank=0, dtype="float32")
+    line = error_line(excinfo, "would span nodes")
+    assert "TP x SP groups of 2 ranks would span nodes (1 ranks per node)" in line
+    assert "0.62 KiB per GPU per token of a step" in line and "VLLM_SP_ALLOW_CROSS_NODE=1" in line
+    ok = engine_config(llama, sequence_parallel_size=2, pipeline_parallel_size=2, nnodes=2,
+                       node_rank=1)
+    assert ok.parallel_config.local_world_size == 2
+    monkeypatch.setenv("VLLM_SP_ALLOW_CROSS_NODE", "1")
+    assert engine_config(llama, sequence_parallel_size=2, nnodes=2, node_rank=0) is not None
+
+
 def test_kv_heads_neither_divisible_nor_multiple(models_dir):
     model = make_model(models_dir, "llama", heads=12, kv_heads=3, hidden=192)
     with pytest.raises(Exception) as excinfo:

@@ -406,6 +406,7 @@ def verify_config(config: VllmConfig) -> None:
     if sc.max_num_batched_tokens % sp:
         raise ValueError(f"max_num_batched_tokens={sc.max_num_batched_tokens} must be a "
                          f"multiple of sequence_parallel_size={sp} (steps are padded to it)")
+    check_groups_within_nodes(config, heads, kv_heads)
     # vLLM's own TP sequence-parallel compile passes split tokens over TP
     # ranks differently (vLLM 0.32 removed them; 0.26 has them).
     passes = config.compilation_config.pass_config
@@ -416,6 +417,48 @@ def verify_config(config: VllmConfig) -> None:
                        "differently", sp, clashing)
     for name in clashing:
         setattr(passes, name, False)
+
+
+CROSS_NODE_ENV = "VLLM_SP_ALLOW_CROSS_NODE"
+
+
+def exchange_bytes_per_token(config: VllmConfig, heads: int, kv_heads: int) -> int:
+    """Bytes one GPU sends per token of a step, per layer, in the two
+    all-to-alls: it holds 1/SP of the tokens, and for them sends q, k and v
+    in and the attention output back, (SP-1)/SP of each to the other SP
+    ranks (KV heads replicated up to one per GPU, as the exchange does)."""
+    pc, mc = config.parallel_config, config.model_config
+    tp, sp = pc.tensor_parallel_size, pc.sequence_parallel_size
+    q = heads // tp
+    kv = max(kv_heads // tp, sp)
+    per_head = mc.get_head_size() * mc.dtype.itemsize
+    return (2 * q + 2 * kv) * per_head * (sp - 1) // (sp * sp)
+
+
+def check_groups_within_nodes(config: VllmConfig, heads: int, kv_heads: int) -> None:
+    """A TP x SP group must sit on one node: its all-to-alls run in every
+    layer, and over a network they cost 10-20x NVLink.  Ranks are laid out
+    TP fastest, then SP, so with R ranks per node the groups stay whole iff
+    R is a multiple of TP*SP.  Refused unless $VLLM_SP_ALLOW_CROSS_NODE=1."""
+    import os
+
+    pc = config.parallel_config
+    group = pc.tensor_parallel_size * pc.sequence_parallel_size
+    if pc.nnodes_within_dp <= 1 or pc.local_world_size % group == 0:
+        return
+    per_token = exchange_bytes_per_token(config, heads, kv_heads)
+    layers = config.model_config.get_num_layers(pc)
+    prefill = per_token * 8192 * layers
+    msg = (f"TP x SP groups of {group} ranks would span nodes ({pc.local_world_size} ranks per "
+           f"node): each layer's Ulysses all-to-alls would cross the network, "
+           f"{per_token / 1024:.2f} KiB per GPU per token of a step, {prefill / 2**30:.2f} GiB per GPU "
+           f"for one 8k-token prefill over {layers} layers; put whole TP x SP groups on a node "
+           f"(ranks per node a multiple of {group}) and spread DP or PP over nodes, or set "
+           f"{CROSS_NODE_ENV}=1")
+    if os.environ.get(CROSS_NODE_ENV) == "1":
+        logger.warning("Ulysses SP (%s=1): %s", CROSS_NODE_ENV, msg.split("; put")[0])
+        return
+    raise ValueError(msg)
 
 
 def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
