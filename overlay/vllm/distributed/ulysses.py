@@ -299,6 +299,26 @@ def gather_tokens(x: torch.Tensor) -> torch.Tensor:
     return get_sp_group().all_gather(x, dim=0)
 
 
+@contextmanager
+def _dp_sizes_of_slices() -> Iterator[None]:
+    """With data parallelism, MoE layers gather tokens over the DP group
+    (the same SP rank of every replica) using each replica's token count
+    from the forward context.  Inside the SP model a rank holds 1/SP of
+    its replica's (padded) step, so the counts are divided for the call."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    dp = get_forward_context().dp_metadata if is_forward_context_available() else None
+    if dp is None:
+        yield
+        return
+    whole = dp.num_tokens_across_dp_cpu
+    dp.num_tokens_across_dp_cpu = whole // sp_size()
+    try:
+        yield
+    finally:
+        dp.num_tokens_across_dp_cpu = whole
+
+
 def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
     """Make ``model(input_ids, positions, ...)`` take the whole (padded) step
     and return hidden states for the whole step, while its layers see only
@@ -327,9 +347,10 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
         if intermediate_tensors is not None:
             intermediate_tensors = IntermediateTensors(
                 {k: shard_tokens(v) for k, v in intermediate_tensors.tensors.items()})
-        out = inner(input_ids=input_ids, positions=positions,
-                    intermediate_tensors=intermediate_tensors, inputs_embeds=inputs_embeds,
-                    **kwargs)
+        with _dp_sizes_of_slices():
+            out = inner(input_ids=input_ids, positions=positions,
+                        intermediate_tensors=intermediate_tensors, inputs_embeds=inputs_embeds,
+                        **kwargs)
         if isinstance(out, IntermediateTensors):
             return IntermediateTensors({k: gather_tokens(v) for k, v in out.tensors.items()})
         if isinstance(out, tuple):  # (hidden, aux hidden states)
