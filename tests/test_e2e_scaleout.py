@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.error
 import urllib.request
 
 import pytest
 from harness.compare import assert_same
-from harness.engine import cpu_env, run_engine
-from test_e2e_server import free_port, post
+from harness.engine import run_engine
+from harness.server import post, serve
 from test_e2e_sp import PROMPTS, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
@@ -39,31 +33,12 @@ def test_pipeline_stages(llama, llama_ref, tp, sp):
 
 
 def test_data_parallel_server(llama, tmp_path):
-    """`vllm serve -dp 2 -sp 2` (internal load balancing, 4 ranks): eight
+    """`vllm serve -dp 2 -sp 2` (internal load balancing, 4 ranks): ten
     concurrent greedy completions equal TP=1's, and both replicas served."""
-    port = free_port()
-    env = {**os.environ, **cpu_env(4), "VLLM_LOGGING_LEVEL": "INFO"}
-    log = tmp_path / "server.log"
-    out = open(log, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(llama),
-         "-dp", "2", "-sp", "2", "--port", str(port), "--host", "127.0.0.1",
-         "--max-model-len", "512", "--enforce-eager", "--dtype", "float32", "--seed", "0"],
-        stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     prompts = [p[:30] for p in PROMPTS if len(p) >= 7] * 2 + [[7, 8, 9], [400, 3]]
-    try:
-        deadline = time.time() + 600
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited ({proc.returncode}):\n{log.read_text()[-4000:]}")
-            try:
-                if urllib.request.urlopen(base + "/health", timeout=5).status == 200:
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            assert time.time() < deadline, "server did not come up:\n" + log.read_text()[-4000:]
-            time.sleep(2)
+    with serve(llama, ["-dp", "2", "-sp", "2", "--max-model-len", "512", "--enforce-eager",
+                       "--dtype", "float32", "--seed", "0"], tmp_path / "server.log",
+               ranks=4) as base:
 
         def complete(ids):
             body = json.load(post(base + "/v1/completions", {
@@ -74,14 +49,6 @@ def test_data_parallel_server(llama, tmp_path):
         with cf.ThreadPoolExecutor(len(prompts)) as pool:
             got = list(pool.map(complete, prompts))
         metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        out.close()
     ref = run_engine(llama, prompts, max_tokens=8, prompt_logprobs=False)
     assert got == ref.tokens
     served = {}

@@ -8,34 +8,18 @@ cancellations."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from harness.engine import cpu_env, run_engine
+from harness.engine import run_engine
 from harness.models import make_model
+from harness.server import post, serve
 
 pytestmark = pytest.mark.e2e
 
 THRESHOLD = 8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(url: str, body: dict, timeout: float = 120):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    return urllib.request.urlopen(req, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -45,38 +29,11 @@ def model(models_dir):
 
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory):
-    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    env = {**os.environ, **cpu_env(2), "VLLM_LOGGING_LEVEL": "INFO"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
-             "-sp", "2", "--shift-parallel", "--shift-parallel-threshold", str(THRESHOLD),
-             "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "512",
-             "--enforce-eager", "--dtype", "float32", "--seed", "0"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 600
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited ({proc.returncode}):\n{log.read_text()[-4000:]}")
-            try:
-                if urllib.request.urlopen(base + "/health", timeout=5).status == 200:
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.time() > deadline:
-                pytest.fail("server did not come up:\n" + log.read_text()[-4000:])
-            time.sleep(2)
+    with serve(model, ["-sp", "2", "--shift-parallel", "--shift-parallel-threshold",
+                       str(THRESHOLD), "--max-model-len", "512", "--enforce-eager",
+                       "--dtype", "float32", "--seed", "0"], log, ranks=2) as base:
         yield base, log
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_server_runs_sp2_with_shift(server):

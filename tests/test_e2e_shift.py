@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 from harness.compare import assert_same
 from harness.engine import run_engine
-from test_e2e_sp import ENGINE, PROMPTS, LONG, THEN, check_prefix_cache, run
+from test_e2e_sp import ENGINE, LONG, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
