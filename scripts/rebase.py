@@ -124,8 +124,9 @@ def start(new: str, cur: str, cache: Path, report: bool) -> dict:
                 b.fetch(pkg, name, new_lock, cache, cur_dir, sdist=False, record=record)
                 wheels[pkg] = name
             except b.BuildError as e:
-                log(f"no {pkg} wheel for {new}: {e} (that flavor cannot be built)")
-    tree = b.make_tree(old_sdist, cur, cur_dir, WORK / "no-overlay", WORK)
+                log(f"no {pkg} wheel for {new}: {str(e).splitlines()[0]} "
+                    "(that flavor cannot be built)")
+    tree = b.make_tree(old_sdist, cur, cur_dir, WORK / "no-overlay", WORK)   # series only
     tree = tree.rename(WORK / "tree")       # holds both releases
     b.git(tree, "tag", f"pristine-{cur}", "pristine")
     b.git(tree, "tag", "-d", "pristine")
@@ -290,6 +291,7 @@ def main(argv: list[str]) -> int:
         ap.error("give a version, 'newest', --continue or --abort")
     new = args.version
     if args.report:
+        WORK = WORK.with_name(WORK.name + "-report")    # never touches a rebase in progress
         try:
             if new == "newest":
                 new = newest_release(b.tools_python(cache, PATCHES / f"v{args.cur}"))
