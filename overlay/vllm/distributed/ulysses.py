@@ -38,6 +38,7 @@ off (see ``verify_config``).
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -461,25 +462,22 @@ def check_groups_within_nodes(config: VllmConfig, heads: int, kv_heads: int) -> 
     layer, and over a network they cost 10-20x NVLink.  Ranks are laid out
     TP fastest, then SP, so with R ranks per node the groups stay whole iff
     R is a multiple of TP*SP.  Refused unless $VLLM_SP_ALLOW_CROSS_NODE=1."""
-    import os
-
     pc = config.parallel_config
     group = pc.tensor_parallel_size * pc.sequence_parallel_size
     if pc.nnodes_within_dp <= 1 or pc.local_world_size % group == 0:
         return
     per_token = exchange_bytes_per_token(config, heads, kv_heads)
     layers = config.model_config.get_num_layers(pc)
-    prefill = per_token * 8192 * layers
-    msg = (f"TP x SP groups of {group} ranks would span nodes ({pc.local_world_size} ranks per "
-           f"node): each layer's Ulysses all-to-alls would cross the network, "
-           f"{per_token / 1024:.2f} KiB per GPU per token of a step, {prefill / 2**30:.2f} GiB per GPU "
-           f"for one 8k-token prefill over {layers} layers; put whole TP x SP groups on a node "
-           f"(ranks per node a multiple of {group}) and spread DP or PP over nodes, or set "
-           f"{CROSS_NODE_ENV}=1")
+    cost = (f"TP x SP groups of {group} ranks would span nodes ({pc.local_world_size} ranks per "
+            f"node): each layer's Ulysses all-to-alls would cross the network, "
+            f"{per_token / 1024:.2f} KiB per GPU per token of a step, "
+            f"{per_token * 8192 * layers / 2**30:.2f} GiB per GPU for one 8k-token prefill "
+            f"over {layers} layers")
     if os.environ.get(CROSS_NODE_ENV) == "1":
-        logger.warning("Ulysses SP (%s=1): %s", CROSS_NODE_ENV, msg.split("; put")[0])
+        logger.warning("Ulysses SP (%s=1): %s", CROSS_NODE_ENV, cost)
         return
-    raise ValueError(msg)
+    raise ValueError(f"{cost}; put whole TP x SP groups on a node (ranks per node a multiple "
+                     f"of {group}) and spread DP or PP over nodes, or set {CROSS_NODE_ENV}=1")
 
 
 def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
