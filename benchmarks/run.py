@@ -62,7 +62,7 @@ LAYOUTS = {
     "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
 }
 DEFAULT_THRESHOLD = 256                             # --shift-parallel-threshold's default
-for _n in (8, 32, 128, 512, 2048):                  # the threshold sweep (2 GPUs)
+for _n in (8, 32, 64, 128, 512, 1024, 2048):                  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
                                             "--shift-parallel-threshold", str(_n)])
 
@@ -75,6 +75,9 @@ WORKLOADS = {
     "lat32k": ["--random-input-len", "32768", "--random-output-len", "64", "--num-prompts", "4",
                "--max-concurrency", "1"],
     "sat": ["--random-input-len", "2000", "--random-output-len", "250", "--num-prompts", "600"],
+    # medium load: decode steps of ~128 tokens, the range shift's threshold decides
+    "mid": ["--random-input-len", "2000", "--random-output-len", "250", "--num-prompts", "256",
+            "--max-concurrency", "128"],
 }
 for _r in (2, 4, 8, 16, 32):                        # latency-throughput curve, Poisson arrivals
     WORKLOADS[f"rate{_r}"] = ["--random-input-len", "2000", "--random-output-len", "250",
@@ -345,8 +348,9 @@ def report(shape: str) -> str:
     res = load(shape)
     lines = [f"## {shape}: layouts x workloads", "",
              "| layout | TTFT 1k (ms) | TTFT 8k | TTFT 32k | TPOT 1 user (ms) | e2e 8k (s) "
+             "| 128 users: output tok/s | 128 users: TPOT p50 "
              "| sat. output tok/s | sat. total tok/s | sat. TPOT p50 |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def g(layout, w, key, scale=1.0, fmt="{:.0f}"):
         v = res.get(layout, {}).get(w, {}).get(key)
@@ -359,9 +363,12 @@ def report(shape: str) -> str:
                      f"{g(layout, 'lat8k', 'median_ttft_ms')} | {g(layout, 'lat32k', 'median_ttft_ms')} | "
                      f"{g(layout, 'lat1k', 'median_tpot_ms', fmt='{:.2f}')} | "
                      f"{g(layout, 'lat8k', 'median_e2el_ms', 1e-3, '{:.2f}')} | "
+                     f"{g(layout, 'mid', 'output_throughput')} | "
+                     f"{g(layout, 'mid', 'median_tpot_ms', fmt='{:.2f}')} | "
                      f"{g(layout, 'sat', 'output_throughput')} | {g(layout, 'sat', 'total_token_throughput')} | "
                      f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
-    refs = [r for r in ("tp1", "tp2", "dp2", "tp4") if r in res]
+    # shift is also measured against SP=2, the layout it must not lose to on long prompts
+    refs = [r for r in ("tp1", "tp2", "dp2", "tp4", "sp2") if r in res]
     if refs:
         lines += ["", "Ratios (TTFT and TPOT: reference / layout, higher is faster; throughput: "
                   "layout / reference):", "",
@@ -369,7 +376,7 @@ def report(shape: str) -> str:
                   "| --- | --- | --- | --- | --- | --- |"]
         for layout in res:
             for ref in refs:
-                if ref == layout:
+                if ref == layout or (ref == "sp2" and not layout.startswith("shift")):
                     continue
 
                 def ratio(w, key, inverse):
@@ -385,11 +392,15 @@ def report(shape: str) -> str:
     sweep = sweep_points(res)
     if sweep:
         lines += ["", "Shift threshold sweep (`shift` is the default threshold):", "",
-                  "| threshold (tokens) | TTFT 1k (ms) | TPOT 1 user (ms) | sat. output tok/s "
-                  "| sat. TPOT p50 (ms) |", "| --- | --- | --- | --- | --- |"]
+                  "| threshold (tokens) | TTFT 1k (ms) | TPOT 1 user (ms) | 128 users: output tok/s "
+                  "| 128 users: TTFT p50 (ms) | 128 users: TPOT p50 (ms) | sat. output tok/s "
+                  "| sat. TPOT p50 (ms) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for n, layout in sweep:
             lines.append(f"| {n} | {g(layout, 'lat1k', 'median_ttft_ms', fmt='{:.1f}')} | "
                          f"{g(layout, 'lat1k', 'median_tpot_ms', fmt='{:.3f}')} | "
+                         f"{g(layout, 'mid', 'output_throughput')} | "
+                         f"{g(layout, 'mid', 'median_ttft_ms')} | "
+                         f"{g(layout, 'mid', 'median_tpot_ms', fmt='{:.2f}')} | "
                          f"{g(layout, 'sat', 'output_throughput')} | "
                          f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
     text = "\n".join(lines) + "\n"
@@ -424,8 +435,9 @@ def plot(shape: str, res: dict) -> None:
         ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
     fig.savefig(RES / shape / "layouts.png", dpi=100)
+    curves = [n for n in names if any(w.startswith("rate") for w in res[n])]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    for n in names:
+    for n in curves:
         pts = sorted((r["output_throughput"], r["median_ttft_ms"], r["median_tpot_ms"])
                      for w, r in res[n].items() if w.startswith("rate"))
         if pts:
@@ -436,12 +448,14 @@ def plot(shape: str, res: dict) -> None:
         ax.set_ylabel(t)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(RES / shape / "latency_throughput.png", dpi=100)
+    if curves:
+        fig.savefig(RES / shape / "latency_throughput.png", dpi=100)
     sweep = sweep_points(res)
     if len(sweep) > 1:
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        fig, axes = plt.subplots(1, 4, figsize=(20, 4))
         for ax, (w, key, title) in zip(axes, [("lat1k", "median_tpot_ms", "TPOT, 1 user (ms)"),
                                                ("lat1k", "median_ttft_ms", "TTFT 1k, 1 user (ms)"),
+                                               ("mid", "median_tpot_ms", "TPOT p50, 128 users (ms)"),
                                                ("sat", "output_throughput",
                                                 "output tok/s at saturation")]):
             pts = [(n, res[l][w][key]) for n, l in sweep if res[l].get(w, {}).get(key)]
