@@ -1,7 +1,8 @@
 """Ulysses SP next to vLLM's own scale-out axes on the real CPU engine:
-pipeline parallelism (SP inside each stage) and data parallelism through
+pipeline parallelism (SP inside each stage), data parallelism through
 `vllm serve -dp 2 -sp 2` (each replica a TP x SP group, requests spread
-over both), each equal to TP=1.
+over both), and vLLM's multi-node launch with two node ranks on loopback
+(SP inside a node, PP or DP across nodes), each equal to TP=1.
 
 Between pipeline stages the intermediate tensors carry the whole padded
 step, not this SP rank's slice: the model wrapper gathers a stage's output
@@ -17,7 +18,7 @@ import urllib.request
 import pytest
 from harness.compare import assert_same
 from harness.engine import run_engine
-from harness.server import post, serve
+from harness.server import free_port, post, serve
 from test_e2e_sp import PROMPTS, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
@@ -32,29 +33,85 @@ def test_pipeline_stages(llama, llama_ref, tp, sp):
     check_prefix_cache(got)
 
 
-def test_data_parallel_server(llama, tmp_path):
-    """`vllm serve -dp 2 -sp 2` (internal load balancing, 4 ranks): ten
-    concurrent greedy completions equal TP=1's, and both replicas served."""
-    prompts = [p[:30] for p in PROMPTS if len(p) >= 7] * 2 + [[7, 8, 9], [400, 3]]
-    with serve(llama, ["-dp", "2", "-sp", "2", "--max-model-len", "512", "--enforce-eager",
-                       "--dtype", "float32", "--seed", "0"], tmp_path / "server.log",
-               ranks=4) as base:
+SERVED = [p[:30] for p in PROMPTS if len(p) >= 7] * 2 + [[7, 8, 9], [400, 3]]
+SERVE_ARGS = ["--max-model-len", "512", "--enforce-eager", "--dtype", "float32", "--seed", "0"]
 
-        def complete(ids):
-            body = json.load(post(base + "/v1/completions", {
-                "model": str(llama), "prompt": ids, "max_tokens": 8, "temperature": 0.0,
-                "ignore_eos": True, "return_token_ids": True}, timeout=300))
-            return body["choices"][0]["token_ids"]
 
-        with cf.ThreadPoolExecutor(len(prompts)) as pool:
-            got = list(pool.map(complete, prompts))
-        metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    ref = run_engine(llama, prompts, max_tokens=8, prompt_logprobs=False)
-    assert got == ref.tokens
+@pytest.fixture(scope="module")
+def served_ref(llama):
+    """TP=1 offline on SERVED: the tokens and logprobs every server must give."""
+    return run_engine(llama, SERVED, max_tokens=8, prompt_logprobs=False)
+
+
+def complete_all(base: str, model) -> tuple[list[list[int]], list[list[float]]]:
+    """SERVED, all at once: greedy token ids and their logprobs."""
+    def complete(ids):
+        body = json.load(post(base + "/v1/completions", {
+            "model": str(model), "prompt": ids, "max_tokens": 8, "temperature": 0.0,
+            "ignore_eos": True, "return_token_ids": True, "logprobs": 1}, timeout=300))
+        choice = body["choices"][0]
+        return choice["token_ids"], choice["logprobs"]["token_logprobs"]
+
+    with cf.ThreadPoolExecutor(len(SERVED)) as pool:
+        got = list(pool.map(complete, SERVED))
+    return [g[0] for g in got], [g[1] for g in got]
+
+
+def served_per_engine(base: str) -> dict[str, float]:
+    """Requests finished per engine (DP replica), from /metrics."""
+    metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
     served = {}
     for line in metrics.splitlines():
         if line.startswith("vllm:request_success_total{") and 'finished_reason="length"' in line:
             engine = line.split('engine="')[1].split('"')[0]
             served[engine] = float(line.rsplit(" ", 1)[1])
+    return served
+
+
+def assert_served_like(ref, tokens, logprobs, what):
+    assert tokens == ref.tokens, what
+    worst = max(abs(a - b) for x, y in zip(ref.logprobs, logprobs) for a, b in zip(x, y))
+    assert worst <= 2e-3, f"{what}: logprobs differ by {worst:.1e}"
+
+
+def test_data_parallel_server(llama, served_ref, tmp_path):
+    """`vllm serve -dp 2 -sp 2` (internal load balancing, 4 ranks): ten
+    concurrent greedy completions equal TP=1's, and both replicas served."""
+    with serve(llama, ["-dp", "2", "-sp", "2", *SERVE_ARGS], tmp_path / "server.log",
+               ranks=4) as base:
+        tokens, logprobs = complete_all(base, llama)
+        served = served_per_engine(base)
+    assert_served_like(served_ref, tokens, logprobs, "-dp 2 -sp 2 vs TP=1")
     assert set(served) == {"0", "1"} and all(served.values()), served
-    assert sum(served.values()) == len(prompts), served
+    assert sum(served.values()) == len(SERVED), served
+
+
+def two_nodes(axis: str) -> tuple[list[str], list[str]]:
+    """The head's and the second node's `vllm serve` arguments for two
+    node ranks on loopback, SP=2 inside each node."""
+    if axis == "pp":      # one engine; its multiprocessing executor spans both nodes
+        common = ["-pp", "2", "-sp", "2", "--nnodes", "2", "--master-addr", "127.0.0.1",
+                  "--master-port", str(free_port())]
+        return common + ["--node-rank", "0"], common + ["--node-rank", "1"]
+    # one DP replica (engine) per node; the head runs the API server
+    common = ["-dp", "2", "-sp", "2", "--data-parallel-size-local", "1",
+              "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(free_port())]
+    return common, common + ["--data-parallel-start-rank", "1"]
+
+
+@pytest.mark.parametrize("axis", ["pp", "dp"])
+def test_two_nodes(llama, served_ref, tmp_path, axis):
+    """vLLM's multi-node launch with two node ranks on one machine (the
+    second `--headless`), SP=2 inside each node and PP=2 (`--nnodes 2
+    --node-rank R`) or DP=2 (`--data-parallel-size-local 1
+    --data-parallel-start-rank R`) across them: concurrent greedy
+    completions equal TP=1's.  PP across nodes needs patch 0013 (a node's
+    ranks are its launch's ranks per node, not its device count)."""
+    head, other = two_nodes(axis)
+    with serve(llama, head + SERVE_ARGS, tmp_path / "server.log", ranks=4,
+               headless=[other + SERVE_ARGS]) as base:
+        tokens, logprobs = complete_all(base, llama)
+        served = served_per_engine(base)
+    assert_served_like(served_ref, tokens, logprobs, f"two nodes, {axis.upper()}=2 x SP=2 vs TP=1")
+    if axis == "dp":
+        assert set(served) == {"0", "1"} and all(served.values()), served

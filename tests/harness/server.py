@@ -36,35 +36,51 @@ def post(url: str, body: dict, timeout: float = 120):
 
 @contextmanager
 def serve(model: Path, args: list[str], log: Path, ranks: int,
-          timeout: float = 600) -> Iterator[str]:
+          timeout: float = 600, headless: list[list[str]] = ()) -> Iterator[str]:
     """Yield the server's base URL.  ``ranks``: worker processes in all
-    (for the CPU engine's core binding)."""
+    (for the CPU engine's core binding).  ``headless``: the extra arguments
+    of each other "node" of a multi-node launch on loopback, started first
+    as `vllm serve MODEL --headless ...` (log: ``<log>.node<i>``)."""
     port = free_port()
     env = {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *args,
-             "--port", str(port), "--host", "127.0.0.1"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
+    logs = [log.with_name(f"{log.name}.node{i + 1}") for i in range(len(headless))] + [log]
+    cmds = [cli + [*a, "--headless"] for a in headless]
+    cmds.append(cli + [*args, "--port", str(port), "--host", "127.0.0.1"])
+    procs = []
+    for cmd, path in zip(cmds, logs):
+        with open(path, "w") as out:
+            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True))
+
+    def tails() -> str:
+        return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for p in logs)
+
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout
         while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited ({proc.returncode}):\n{log.read_text()[-4000:]}")
+            exited = [p.returncode for p in procs if p.poll() is not None]
+            if exited:
+                pytest.fail(f"server exited ({exited}):\n{tails()}")
             try:
                 if urllib.request.urlopen(base + "/health", timeout=5).status == 200:
                     break
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if time.time() > deadline:
-                pytest.fail("server did not come up:\n" + log.read_text()[-4000:])
+                pytest.fail("server did not come up:\n" + tails())
             time.sleep(2)
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        for proc in reversed(procs):      # the head first: it tells the others to stop
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
