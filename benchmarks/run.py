@@ -62,7 +62,7 @@ LAYOUTS = {
     "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
 }
 DEFAULT_THRESHOLD = 256                             # --shift-parallel-threshold's default
-for _n in (8, 32, 64, 128, 512, 1024, 2048):                  # the threshold sweep (2 GPUs)
+for _n in (8, 32, 64, 128, 256, 512, 1024, 2048):                  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
                                             "--shift-parallel-threshold", str(_n)])
 
@@ -412,7 +412,7 @@ def report(shape: str) -> str:
 def sweep_points(res: dict) -> list[tuple[int, str]]:
     """(threshold, layout) of every measured shift layout, sorted."""
     pts = [(int(n[len("shift_t"):]), n) for n in res if n.startswith("shift_t")]
-    if "shift" in res:
+    if "shift" in res and not any(n == DEFAULT_THRESHOLD for n, _ in pts):
         pts.append((DEFAULT_THRESHOLD, "shift"))
     return sorted(pts)
 
