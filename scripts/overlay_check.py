@@ -84,12 +84,32 @@ def absolute(module: str | None, level: int, file_module: str, is_pkg: bool) -> 
     return ".".join(parts + ([module] if module else []))
 
 
+OPTIONAL = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+def optional_imports(src: ast.AST) -> set[int]:
+    """ids of the imports inside ``try:`` blocks that catch ImportError:
+    the code runs without them (compiled extensions the sdist lacks, such
+    as vllm.spinloop, are imported this way), so they cannot break startup."""
+    out = set()
+    for node in ast.walk(src):
+        if isinstance(node, ast.Try) and any(
+                h.type is None or any(isinstance(n, ast.Name) and n.id in OPTIONAL
+                                      for n in ast.walk(h.type)) for h in node.handlers):
+            for stmt in node.body:
+                out.update(id(n) for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return out
+
+
 def check_file(tree: Path, path: Path, rel: str) -> list[str]:
     file_module = rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
     is_pkg = rel.endswith("__init__.py")
     src = ast.parse(path.read_text(), str(path))
     problems, aliases = [], {}
+    optional = optional_imports(src)
     for node in ast.walk(src):
+        if id(node) in optional:
+            continue
         if isinstance(node, ast.ImportFrom):
             mod = absolute(node.module, node.level, file_module, is_pkg)
             if not mod.startswith("vllm"):

@@ -173,6 +173,11 @@ def test_overlay_check_finds_moved_names(tmp_path):
         def f():
             from vllm.distributed import state as ps
             return ps._TP, ps._PP, state.Coordinator, state.os
+
+        try:                                   # optional: a compiled extension
+            from vllm.spinloop import spinloop
+        except ImportError:
+            spinloop = None
         """))
     (tree / "vllm" / "distributed" / "mine.py").write_text(mine.read_text())
     found = overlay_check.check(tree, overlay, [])
