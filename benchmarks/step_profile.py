@@ -32,7 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 LAYOUTS = {"tp1": dict(tensor_parallel_size=1), "tp2": dict(tensor_parallel_size=2),
            "sp2": dict(sequence_parallel_size=2), "tp4": dict(tensor_parallel_size=4),
            "tp2_sp2": dict(tensor_parallel_size=2, sequence_parallel_size=2),
-           "sp4": dict(sequence_parallel_size=4)}
+           "sp4": dict(sequence_parallel_size=4),
+           # SP=2 <-> TP=2 at the default threshold: a prefill step runs the SP
+           # model, a decode step of <= 256 sequences the full-TP model
+           "shift": dict(sequence_parallel_size=2, shift_parallel=True)}
 
 # First match wins; names are CUDA kernel names (or CPU op names in a dry run).
 CATEGORIES = [
