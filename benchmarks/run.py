@@ -62,7 +62,7 @@ LAYOUTS = {
     "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
 }
 DEFAULT_THRESHOLD = 256                             # --shift-parallel-threshold's default
-for _n in (8, 32, 64, 128, 256, 512, 1024, 2048):                  # the threshold sweep (2 GPUs)
+for _n in (8, 32, 64, 128, 256, 512, 1024, 2048):  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
                                             "--shift-parallel-threshold", str(_n)])
 

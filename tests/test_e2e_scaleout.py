@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import urllib.request
 
 import pytest
 from harness.compare import assert_same
 from harness.engine import run_engine
-from harness.server import free_port, post, serve
+from harness.server import free_port, post, samples, serve
 from test_e2e_sp import PROMPTS, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
@@ -59,13 +58,8 @@ def complete_all(base: str, model) -> tuple[list[list[int]], list[list[float]]]:
 
 def served_per_engine(base: str) -> dict[str, float]:
     """Requests finished per engine (DP replica), from /metrics."""
-    metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    served = {}
-    for line in metrics.splitlines():
-        if line.startswith("vllm:request_success_total{") and 'finished_reason="length"' in line:
-            engine = line.split('engine="')[1].split('"')[0]
-            served[engine] = float(line.rsplit(" ", 1)[1])
-    return served
+    return {labels["engine"]: value for labels, value in samples(base, "vllm:request_success_total")
+            if labels.get("finished_reason") == "length"}
 
 
 def assert_served_like(ref, tokens, logprobs, what):

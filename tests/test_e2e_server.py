@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from harness.engine import run_engine
 from harness.models import make_model
-from harness.server import post, serve
+from harness.server import post, samples, serve
 
 pytestmark = pytest.mark.e2e
 
@@ -45,14 +45,8 @@ def test_server_runs_sp2_with_shift(server):
 
 
 def shift_counters(base: str) -> dict[tuple[str, str], float]:
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    out = {}
-    for line in text.splitlines():
-        for what in ("steps", "tokens"):
-            if line.startswith(f"vllm:shift_parallel_{what}_total{{"):
-                mode = line.split('mode="')[1].split('"')[0]
-                out[(what, mode)] = float(line.rsplit(" ", 1)[1])
-    return out
+    return {(what, labels["mode"]): value for what in ("steps", "tokens")
+            for labels, value in samples(base, f"vllm:shift_parallel_{what}_total")}
 
 
 def test_metrics_count_steps_per_mode(server, model):
@@ -129,18 +123,17 @@ def test_bad_request_fails_alone(server, model):
     assert body["usage"]["completion_tokens"] == 3
 
 
-def metric(base: str, name: str, label: str = "") -> float:
+def metric(base: str, name: str, **labels: str) -> float:
     """Sum of a gauge or counter on /metrics over its label sets (those
-    holding ``label``, e.g. 'finished_reason="abort"', if given)."""
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if (line.startswith(name + "{") or line.startswith(name + " ")) and label in line)
+    with ``labels``, e.g. finished_reason="abort", if given)."""
+    return sum(value for have, value in samples(base, name)
+               if all(have.get(k) == v for k, v in labels.items()))
 
 
 def finished_by_length(base: str) -> float:
     """Requests the engine ran to max_tokens (all of ours: ignore_eos).  An
     aborted request is not counted (vLLM 0.26 counts no aborts here)."""
-    return metric(base, "vllm:request_success_total", 'finished_reason="length"')
+    return metric(base, "vllm:request_success_total", finished_reason="length")
 
 
 def soak_request(base: str, model, i: int, rng) -> tuple[str, int, int]:
