@@ -3,6 +3,7 @@
 #   bash benchmarks/host-setup.sh PARTS_DIR
 # -> /tmp/site       the official vLLM 0.26.0 wheel + runtime packages
 #    /tmp/site-ours  the same, hard-linked, with our patched files laid over it
+#    /tmp/site-arctic ArcticInference (over /tmp/site), when its sdist is in PARTS_DIR
 set -euo pipefail
 parts=$1
 bash "$parts/unpack.sh" "$parts" /tmp/site > /dev/null
@@ -13,3 +14,8 @@ tar -xzf "$parts/ours.tar.gz" -C /tmp/site-ours --unlink-first
 while read -r f; do [[ -n "$f" ]] && rm -f "/tmp/site-ours/$f"; done < /tmp/site-ours/DELETED
 PYTHONPATH=/tmp/site python3 -c 'import vllm; print("official", vllm.__version__)'
 PYTHONPATH=/tmp/site-ours python3 -c 'import vllm; print("ours", vllm.__version__)'
+for sdist in "$parts"/arctic_inference-*.tar.gz; do
+  if [[ -f $sdist ]]; then
+    bash "$(dirname "${BASH_SOURCE[0]}")/arctic-setup.sh" "$sdist" /tmp/site-arctic
+  fi
+done

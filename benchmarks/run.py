@@ -38,7 +38,9 @@ from pathlib import Path
 
 BENCH = Path(os.environ.get("BENCH_DIR", "/root/bench"))
 RES = BENCH / "res"
-SITES = {"official": "/tmp/site", "ours": "/tmp/site-ours"}
+# install -> PYTHONPATH.  "arctic": ArcticInference 0.3.0 as a plugin of the official wheel
+# (benchmarks/arctic-setup.sh), enabled per server by ARCTIC_INFERENCE_ENABLED=1.
+SITES = {"official": "/tmp/site", "ours": "/tmp/site-ours", "arctic": "/tmp/site-arctic:/tmp/site"}
 
 LLAMA_31_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                    num_attention_heads=32, num_key_value_heads=8)
@@ -60,7 +62,16 @@ LAYOUTS = {
     "dp2_tp2": ("official", 4, ["-dp", "2", "-tp", "2"]),
     "tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2"]),
     "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
+    # The peer, each at its own defaults (its shift threshold: 512).
+    "arctic_sp2": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2"]),
+    "arctic_shift": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2", "--enable-shift-parallel"]),
+    "arctic_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2"]),
+    "arctic_shift_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2",
+                                           "--enable-shift-parallel"]),
 }
+# our layout -> the peer's same layout (the ratio the issue asks for: at least as good)
+PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift", "tp2_sp2": "arctic_tp2_sp2",
+        "shift_tp2_sp2": "arctic_shift_tp2_sp2"}
 DEFAULT_THRESHOLD = 256                             # --shift-parallel-threshold's default
 for _n in (8, 32, 64, 128, 256, 512, 1024, 2048):  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
@@ -151,6 +162,8 @@ def env_for(layout: str, shape: str) -> dict[str, str]:
                    VLLM_CPU_OMP_THREADS_BIND="|".join(str(r % cores) for r in range(gpus)))
     else:
         env["PYTHONPATH"] = SITES[install]
+    if install == "arctic":
+        env["ARCTIC_INFERENCE_ENABLED"] = "1"
     return env
 
 
@@ -367,17 +380,24 @@ def report(shape: str) -> str:
                      f"{g(layout, 'mid', 'median_tpot_ms', fmt='{:.2f}')} | "
                      f"{g(layout, 'sat', 'output_throughput')} | {g(layout, 'sat', 'total_token_throughput')} | "
                      f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
-    # shift is also measured against SP=2, the layout it must not lose to on long prompts
-    refs = [r for r in ("tp1", "tp2", "dp2", "tp4", "sp2") if r in res]
-    if refs:
+    # Shift is also measured against SP=2 (which it must not lose to on long prompts),
+    # and each of our layouts against the peer's same layout.
+    refs = [r for r in ("tp1", "tp2", "dp2", "tp4") if r in res]
+
+    def refs_of(layout):
+        own = [PEER[layout]] if layout in PEER else []
+        if layout == "shift_tp2_sp2":
+            own.append("tp2_sp2")
+        elif layout.startswith("shift"):
+            own.append("sp2")
+        return [r for r in refs + own if r in res and r != layout]
+    if any(refs_of(layout) for layout in res):
         lines += ["", "Ratios (TTFT and TPOT: reference / layout, higher is faster; throughput: "
                   "layout / reference):", "",
                   "| layout | vs | TTFT 8k | TTFT 32k | TPOT 1 user | sat. output tok/s |",
                   "| --- | --- | --- | --- | --- | --- |"]
         for layout in res:
-            for ref in refs:
-                if ref == layout or (ref == "sp2" and not layout.startswith("shift")):
-                    continue
+            for ref in refs_of(layout):
 
                 def ratio(w, key, inverse):
                     a = res[layout].get(w, {}).get(key)

@@ -10,7 +10,9 @@ capped.  So the official wheel travels once (through
 ../shared/gpu-host/stage.sh, which also adds the runtime packages the host
 lacks) and ours as ``ours.tar.gz`` (the changed and added members, plus the
 list of members ours deletes), which ``host-setup.sh`` lays over a
-hard-linked copy of the official install.
+hard-linked copy of the official install.  The peer, ArcticInference, travels
+as its 226 KB sdist (hash-pinned below) and is built on the host by
+``arctic-setup.sh``.
 
     ./build.sh --device cuda && python3 benchmarks/stage.py [OUTDIR]   (default .gpuhost)
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -29,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = (ROOT / "VLLM_VERSION").read_text().strip()
 CACHE = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp"))
+ARCTIC = ("arctic-inference", "arctic_inference-0.3.0.tar.gz",
+          "7f22e3e1b1071c6061c0d6951be17c0fb50b08d06d6e543144c8f52faba60a36")
 
 
 def members(whl: Path) -> dict[str, str]:
@@ -64,6 +69,11 @@ def main(out: Path) -> None:
         info = tarfile.TarInfo("DELETED")
         info.size = len(listing)
         tar.addfile(info, io.BytesIO(listing))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build import fetch          # pip download through the tools venv, checked against the pin
+    name, filename, sha = ARCTIC
+    sdist = fetch(name, filename, {filename: sha}, CACHE, ROOT / "patches" / f"v{VERSION}", sdist=True)
+    shutil.copy(sdist, out / filename)
     print(f"stage.py: ours = official + {len(changed)} changed/added files - {len(deleted)} "
           f"deleted -> {buf} ({buf.stat().st_size // 1024} KiB)")
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One GPU session's work as one resumable run: the installs, then the steps of
+# a plan (a bash file of `step NAME COMMAND...` lines, e.g. docs/shift/gpu.sh).
+# Each step leaves done.NAME in /root/bench/res and is skipped when run again;
+# a poll returns everything as $OUT/res.tgz.
+#
+#   cp -r . /root/work && cd /root/work        # a copy no later call replaces
+#   (env -u OUT setsid bash benchmarks/session.sh run PLAN PARTS_DIR [RESUME] \
+#      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
+#   next calls: cd /root/work && bash benchmarks/session.sh wait 500
+#
+# Poll back to back: the host goes back after 30 s idle and keeps nothing.
+# If it went back anyway, carry the last res.tgz (or a committed results
+# folder) to the fresh host as RESUME: the run starts from it and skips the
+# steps it holds.  In a plan: $res (results), $parts (staged bundle), $here
+# (the repository copy, the working directory).
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+res=/root/bench/res
+mkdir -p "$res"
+export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+
+step() {
+  local name=$1; shift
+  [[ -f "$res/done.$name" ]] && return 0
+  echo "== $name $(date +%T)" >> "$res/progress.log"
+  if "$@" >> "$res/progress.log" 2>&1; then
+    touch "$res/done.$name"; echo "== $name ok $(date +%T)" >> "$res/progress.log"
+  else
+    echo "!! $name failed $(date +%T)" >> "$res/progress.log"
+  fi
+}
+
+case "$1" in
+  run)
+    plan=$2 parts=$3
+    cd "$here"
+    if [[ -n "${4:-}" && ! -f "$res/progress.log" ]]; then
+      if [[ -d "$4" ]]; then cp -r "$4"/. "$res"/; else tar xzf "$4" -C /root/bench; fi
+      echo "== resumed from $4 $(date +%T)" >> "$res/progress.log"
+      # what lived on the old host only (installs, model dirs, checkpoints) is redone
+      rm -f "$res"/done.{installs,hw,model,ckpt}
+    fi
+    step installs bash benchmarks/host-setup.sh "$parts"
+    step hw bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvidia-smi topo -m'
+    # shellcheck source=/dev/null
+    source "$plan"
+    echo "== all steps tried $(date +%T)" >> "$res/progress.log" ;;
+  wait)       # a poll: returns as soon as every step was tried, else after $2 s
+    for _ in $(seq "${2:-500}"); do
+      grep -q "== all steps tried" "$res/progress.log" 2>/dev/null && break
+      sleep 1
+    done
+    exec bash "$0" status ;;
+  status)
+    tail -n 25 "$res/progress.log" 2>/dev/null
+    ls "$res" 2>/dev/null | tr '\n' ' '; echo
+    if [[ -n "${OUT:-}" ]]; then
+      # one archive: $OUT keeps only shallow folders
+      tar czf "$OUT/res.tgz" -C /root/bench res --exclude='*.safetensors' 2>/dev/null
+    fi ;;
+esac
