@@ -304,10 +304,15 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     if not todo:
         print(f"{layout}: done already", flush=True)
         return
+    # A layout served again for more workloads keeps each server's log.
+    runs = json.loads((out_dir / "startup.json").read_text()).get("runs", []) \
+        if (out_dir / "startup.json").exists() else []
+    log = out_dir / ("server.log" if not runs else f"server.{len(runs) + 1}.log")
     t0 = time.time()
-    proc, port, base = serve(layout, shape, model, out_dir / "server.log", extra)
+    proc, port, base = serve(layout, shape, model, log, extra)
     started = time.time() - t0
-    (out_dir / "startup.json").write_text(json.dumps({"seconds": started}))
+    runs.append({"seconds": started, "log": log.name, "workloads": todo})
+    (out_dir / "startup.json").write_text(json.dumps({"seconds": started, "runs": runs}))
     print(f"{layout}: server up in {started:.0f} s", flush=True)
     failed = []
     try:
@@ -423,6 +428,17 @@ def report(shape: str) -> str:
                          f"{g(layout, 'mid', 'median_tpot_ms', fmt='{:.2f}')} | "
                          f"{g(layout, 'sat', 'output_throughput')} | "
                          f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
+    curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
+    if curves:
+        lines += ["", "Latency-throughput (Poisson arrivals, 2000 in / 250 out; `latency_throughput.png`):",
+                  "", "| layout | requests/s | achieved output tok/s | TTFT p50 / p99 (ms) "
+                  "| TPOT p50 / p99 (ms) | failed |", "| --- | --- | --- | --- | --- | --- |"]
+        for n in curves:
+            for w in sorted((w for w in res[n] if w.startswith("rate")), key=lambda w: int(w[4:])):
+                lines.append(f"| {n} | {w[4:]} | {g(n, w, 'output_throughput')} | "
+                             f"{g(n, w, 'median_ttft_ms')} / {g(n, w, 'p99_ttft_ms')} | "
+                             f"{g(n, w, 'median_tpot_ms', fmt='{:.2f}')} / "
+                             f"{g(n, w, 'p99_tpot_ms', fmt='{:.2f}')} | {g(n, w, 'failed')} |")
     text = "\n".join(lines) + "\n"
     (RES / shape / "report.md").write_text(text)
     plot(shape, res)
