@@ -1,0 +1,12 @@
+# Where SP=2's step time goes, beside TP=2 and shift (a plan for
+# benchmarks/session.sh; kind nvidia-h200-x2; ~15 min).  The TP=1 profiles of
+# the same steps (a DP=2 replica's decode is TP=1's 128-sequence step) are in
+# docs/benchmarks/h200-1gpu-run1/.  All layouts run our wheel: at SP=1 it is
+# the official one within 1% (same run).
+#   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/two-gpu-profile.sh /root/gh \
+#      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
+# 1k first: the launch-bound step behind SP's and shift's 1k TTFT.
+step profile_1k env PYTHONPATH=/tmp/site-ours python3 benchmarks/step_profile.py \
+  --layout sp2 shift tp2 --prefill 1024 --decode 128 --out "$res/profile-p1024-d128"
+step profile_8k env PYTHONPATH=/tmp/site-ours python3 benchmarks/step_profile.py \
+  --layout sp2 tp2 --prefill 8192 --decode 256 --out "$res/profile-p8192-d256"
