@@ -36,6 +36,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(os.environ.get("BENCH_DIR", "/root/bench"))
 RES = BENCH / "res"
 # install -> PYTHONPATH.  "arctic": ArcticInference 0.3.0 as a plugin of the official wheel
@@ -94,6 +95,8 @@ for _r in (2, 4, 8, 16, 32):                        # latency-throughput curve, 
     WORKLOADS[f"rate{_r}"] = ["--random-input-len", "2000", "--random-output-len", "250",
                               "--num-prompts", str(max(40, 6 * _r)), "--request-rate", str(_r)]
 DEFAULT_WORKLOADS = ["lat1k", "lat8k", "lat32k", "sat"]
+SPECIAL_WORKLOADS = {"ctx": "context sweep: HTTP 400 past --max-model-len, healthy after",
+                     "soak": "1200 mixed requests at 256 users, 10% cancelled mid-stream"}
 MAX_MODEL_LEN = {False: 34000, True: 4096}          # GPU shapes, the tiny dry run
 
 
@@ -296,6 +299,44 @@ def context_sweep(base: str, out_dir: Path, max_model_len: int) -> None:
                            f"/health {alive}")
 
 
+def gpu_memory_used_mib() -> list[int]:
+    """memory.used of every GPU of the host (empty without nvidia-smi)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(x) for x in out.split()]
+
+
+def soak(shape: str, out_dir: Path, base: str) -> None:
+    """The benchmarks issue's soak: >= 1000 mixed-length requests at
+    saturation, half streamed, 10% dropped by the client mid-stream (the
+    CPU tests run the same client, tests/harness/client.py, at 100).  It
+    passes with no error, no hang (watchdog), every other request complete
+    with its tokens, /health good, nothing left running, and each GPU's
+    memory.used back within 512 MiB of its level before the soak."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from harness.client import Soak, run_soak
+
+    tiny = shape == "tiny"
+    cfg = Soak(requests=120 if tiny else 1200, concurrency=16 if tiny else 256,
+               prompt_words=(2, 200) if tiny else (16, 4000), max_tokens=(1, 32) if tiny else (1, 512),
+               cancel_tokens=300 if tiny else 2000, word=word,
+               vocab=(0, min(100000, SHAPES[shape][1] - 3)), watchdog_s=900)
+    before = gpu_memory_used_mib()
+    summary = run_soak(base, "m", cfg)
+    after = gpu_memory_used_mib()
+    summary["gpu_memory_used_mib"] = {"before": before, "after": after}
+    grown = [a - b for a, b in zip(after, before) if a - b > 512]
+    if grown:
+        summary["problems"].append(f"GPU memory.used grew by {grown} MiB over the soak")
+    (out_dir / "soak.json").write_text(json.dumps(summary, indent=1))
+    if summary["problems"]:
+        (out_dir / "soak.json").rename(out_dir / "soak.failed.json")   # not done: rerun next time
+        raise RuntimeError(f"soak: {summary['problems']}")
+
+
 def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) -> None:
     model = BENCH / "models" / shape
     out_dir = RES / shape / layout
@@ -321,6 +362,8 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
             try:
                 if w == "ctx":
                     context_sweep(base, out_dir, MAX_MODEL_LEN[shape == "tiny"])
+                elif w == "soak":
+                    soak(shape, out_dir, base)
                 else:
                     bench(layout, w, shape, model, port, out_dir)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -439,6 +482,20 @@ def report(shape: str) -> str:
                              f"{g(n, w, 'median_ttft_ms')} / {g(n, w, 'p99_ttft_ms')} | "
                              f"{g(n, w, 'median_tpot_ms', fmt='{:.2f}')} / "
                              f"{g(n, w, 'p99_tpot_ms', fmt='{:.2f}')} | {g(n, w, 'failed')} |")
+    soaks = [n for n in LAYOUTS if "soak" in res.get(n, {})]
+    if soaks:
+        lines += ["", "Soak (mixed lengths at saturation, half streamed, 10% cancelled by the client):",
+                  "", "| layout | requests | seconds | plain / streamed / cancelled | errors | hung "
+                  "| short | output tokens | left running, waiting, KV use | GPU MiB before → after |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for n in soaks:
+            r = res[n]["soak"]
+            k = r["kinds"]
+            mem = r.get("gpu_memory_used_mib", {})
+            lines.append(f"| {n} | {r['requests']} | {r['seconds']:.0f} | {k['plain']} / {k['stream']} / "
+                         f"{k['cancelled']} | {len(r['errors'])} | {r['hung']} | {len(r['short'])} | "
+                         f"{r['output_tokens']} | {tuple(r['left_running_waiting_kv'])} | "
+                         f"{mem.get('before')} → {mem.get('after')} |")
     text = "\n".join(lines) + "\n"
     (RES / shape / "report.md").write_text(text)
     plot(shape, res)
@@ -516,7 +573,7 @@ def main() -> None:
     ap.add_argument("layouts", nargs="*")
     ap.add_argument("--shape", default="8b", choices=sorted(SHAPES))
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
-                    help=f"comma list of {sorted(WORKLOADS) + ['ctx']}")
+                    help=f"comma list of {sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
     ap.add_argument("--serve-args", default="", help="extra `vllm serve` arguments")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)         # probe (internal)
     ap.add_argument("--tokenizer", help=argparse.SUPPRESS)
@@ -530,6 +587,10 @@ def main() -> None:
         bad = [l for l in a.layouts if l not in LAYOUTS]
         if bad or not a.layouts:
             sys.exit(f"run.py: name layouts from {sorted(LAYOUTS)}")
+        bad = [w for w in a.workloads.split(",") if w not in WORKLOADS and w not in SPECIAL_WORKLOADS]
+        if bad:
+            sys.exit(f"run.py: unknown workloads {bad}: name them from "
+                     f"{sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
         failed = []
         for layout in a.layouts:      # one layout failing does not stop the others
             try:

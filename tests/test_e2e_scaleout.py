@@ -17,7 +17,8 @@ import json
 import pytest
 from harness.compare import assert_same
 from harness.engine import run_engine
-from harness.server import free_port, post, samples, serve
+from harness.client import post, samples
+from harness.server import free_port, serve
 from test_e2e_sp import PROMPTS, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e

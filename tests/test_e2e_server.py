@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
-import urllib.request
 
 import pytest
+from harness.client import Soak, post, run_soak, samples
 from harness.engine import run_engine
 from harness.models import make_model
-from harness.server import post, samples, serve
+from harness.server import serve
 
 pytestmark = pytest.mark.e2e
 
@@ -123,81 +123,16 @@ def test_bad_request_fails_alone(server, model):
     assert body["usage"]["completion_tokens"] == 3
 
 
-def metric(base: str, name: str, **labels: str) -> float:
-    """Sum of a gauge or counter on /metrics over its label sets (those
-    with ``labels``, e.g. finished_reason="abort", if given)."""
-    return sum(value for have, value in samples(base, name)
-               if all(have.get(k) == v for k, v in labels.items()))
-
-
-def finished_by_length(base: str) -> float:
-    """Requests the engine ran to max_tokens (all of ours: ignore_eos).  An
-    aborted request is not counted (vLLM 0.26 counts no aborts here)."""
-    return metric(base, "vllm:request_success_total", finished_reason="length")
-
-
-def soak_request(base: str, model, i: int, rng) -> tuple[str, int, int]:
-    """One request of the soak: (kind, tokens asked, tokens received)."""
-    prompt = " ".join(f"w{rng.randrange(3, 400)}" for _ in range(rng.randrange(2, 160)))
-    want = rng.randrange(1, 24)
-    stream, cancel = i % 2 == 0, i % 10 == 4            # 10% cancelled, all of them streamed
-    body = {"model": str(model), "prompt": prompt, "max_tokens": want, "temperature": 0.0,
-            "ignore_eos": True}
-    if not stream:
-        return "plain", want, json.load(post(base + "/v1/completions", body))["usage"]["completion_tokens"]
-    body.update(stream=True, stream_options={"include_usage": True})
-    if cancel:
-        want = 300                                      # still running when the client leaves
-        body["max_tokens"] = want
-    resp = post(base + "/v1/completions", body)
-    got = 0
-    with resp:
-        for raw in resp:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            data = json.loads(line[len("data:"):])
-            if cancel and data["choices"] and data["choices"][0]["text"]:
-                return "cancelled", want, 0             # closes the connection mid-stream
-            if data.get("usage"):
-                got = data["usage"]["completion_tokens"]
-    return "stream", want, got
-
-
 def test_soak(server, model):
-    """~100 mixed requests, 16 at a time, half streamed, 10% dropped by the
-    client mid-stream (CI's small version of the GPU soak): no errors, no
-    hang (a watchdog bounds it), every finished request has the tokens it
-    asked for, and afterwards the server is healthy with no request left
-    running and every KV-cache block free again."""
-    import random
-    from concurrent.futures import ThreadPoolExecutor, wait
-
+    """100 mixed requests, 16 at a time, half streamed, 10% dropped by the
+    client mid-stream (CI's small version of the GPU soak, the same client:
+    harness.client.run_soak): no errors, no hang (a watchdog bounds it),
+    every finished request has the tokens it asked for, and afterwards the
+    server is healthy with no request left running and every KV-cache block
+    free again."""
     base, _ = server
-    before = finished_by_length(base)
-    rng = random.Random(0)
-    rngs = [random.Random(rng.random()) for _ in range(100)]
-    with ThreadPoolExecutor(16) as pool:
-        futures = [pool.submit(soak_request, base, model, i, rngs[i]) for i in range(100)]
-        done, not_done = wait(futures, timeout=900)        # the watchdog
-        assert not not_done, f"{len(not_done)} requests hung"
-    results = [f.result() for f in futures]                # re-raises any request's error
-    kinds = {k: sum(1 for r in results if r[0] == k) for k in ("plain", "stream", "cancelled")}
-    assert kinds == {"plain": 50, "stream": 40, "cancelled": 10}, kinds
-    short = [(k, want, got) for k, want, got in results if k != "cancelled" and got != want]
-    assert not short, short
-    assert urllib.request.urlopen(base + "/health", timeout=30).status == 200
-    deadline = time.time() + 60                            # aborts reach the engine asynchronously
-    while True:
-        left = (metric(base, "vllm:num_requests_running"), metric(base, "vllm:num_requests_waiting"),
-                metric(base, "vllm:kv_cache_usage_perc"))
-        ran = finished_by_length(base) - before
-        if (left == (0, 0, 0) and ran >= 90) or time.time() > deadline:
-            break
-        time.sleep(1)
-    assert left == (0, 0, 0), f"running, waiting, KV-cache use after the soak: {left}"
-    # The 90 others ran to max_tokens; the 10 cancelled (300 tokens asked)
-    # were aborted, except any that finished before the disconnect reached
-    # the engine (2 did once, on a loaded CI machine): most must have been.
-    assert 90 <= ran <= 95, f"{ran} requests ran to max_tokens: want 90, and at most 5 of " \
-                            "the 10 cancelled ones finishing before their abort"
+    soak = Soak(requests=100, concurrency=16, prompt_words=(2, 160), max_tokens=(1, 24),
+                cancel_tokens=300, word=lambda i: f"w{i}", vocab=(3, 400))
+    summary = run_soak(base, str(model), soak)
+    assert summary["kinds"] == {"plain": 50, "stream": 40, "cancelled": 10}, summary
+    assert not summary["problems"], summary["problems"]

@@ -5,9 +5,7 @@ file, not a pipe: a chatty server must never block on a full pipe."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -27,23 +25,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def post(url: str, body: dict, timeout: float = 120):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    return urllib.request.urlopen(req, timeout=timeout)
-
-
-def samples(base: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Each sample of one series on the server's /metrics: (labels, value)."""
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    out = []
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            head, value = line.rsplit(" ", 1)
-            out.append((dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', head)), float(value)))
-    return out
 
 
 @contextmanager
