@@ -63,6 +63,13 @@ LAYOUTS = {
     "dp2_tp2": ("official", 4, ["-dp", "2", "-tp", "2"]),
     "tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2"]),
     "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
+    # A question for the SP speed work: a 1k prefill is launch-bound and runs
+    # ungraphed (vLLM captures up to 512 tokens), yet an SP rank does only
+    # 1/SP of a step's tokens -- does capturing up to 1024 give SP the 1k TTFT?
+    "sp2_graphs1024": ("ours", 2, ["-sp", "2", "--compilation-config",
+                                   '{"max_cudagraph_capture_size": 1024}']),
+    "shift_graphs1024": ("ours", 2, ["-sp", "2", "--shift-parallel", "--compilation-config",
+                                     '{"max_cudagraph_capture_size": 1024}']),
     # The peer, each at its own defaults (its shift threshold: 512).
     "arctic_sp2": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2"]),
     "arctic_shift": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2", "--enable-shift-parallel"]),

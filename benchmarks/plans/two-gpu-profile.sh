@@ -1,5 +1,5 @@
-# Where SP=2's step time goes, beside TP=2 and shift (a plan for
-# benchmarks/session.sh; kind nvidia-h200-x2; ~15 min).  The TP=1 profiles of
+# Where SP=2's step time goes, beside TP=2 and shift, and one hypothesis
+# served (a plan for benchmarks/session.sh; kind nvidia-h200-x2; ~25 min).  The TP=1 profiles of
 # the same steps (a DP=2 replica's decode is TP=1's 128-sequence step) are in
 # docs/benchmarks/h200-1gpu-run1/.  All layouts run our wheel: at SP=1 it is
 # the official one within 1% (same run).
@@ -8,5 +8,10 @@
 # 1k first: the launch-bound step behind SP's and shift's 1k TTFT.
 step profile_1k env PYTHONPATH=/tmp/site-ours python3 benchmarks/step_profile.py \
   --layout sp2 shift tp2 --prefill 1024 --decode 128 --out "$res/profile-p1024-d128"
+# The hypothesis TP=1's profile suggests: SP's 1k TTFT is host-bound because
+# 1024 tokens exceed vLLM's largest CUDA graph (512), although an SP rank only
+# runs 512 of them.  Same host, served: default capture sizes vs up to 1024.
+step graphs python3 benchmarks/run.py layout sp2 sp2_graphs1024 shift shift_graphs1024 tp2 \
+  --workloads lat1k,mid
 step profile_8k env PYTHONPATH=/tmp/site-ours python3 benchmarks/step_profile.py \
   --layout sp2 tp2 --prefill 8192 --decode 256 --out "$res/profile-p8192-d256"
