@@ -31,7 +31,8 @@ def build_groups(monkeypatch, dp: int, pp: int, sp: int, tp: int) -> dict[str, l
         recorded[group_name] = [list(g) for g in group_ranks]
         mine = next(g for g in group_ranks if 0 in g)
         return SimpleNamespace(ranks=mine, rank_in_group=mine.index(0), world_size=len(mine),
-                               destroy=lambda: None, unique_name=f"{group_name}:0")
+                               destroy=lambda: None, unique_name=f"{group_name}:0",
+                               _all_gather_out_place=None, gather=None)
 
     config = SimpleNamespace(
         parallel_config=SimpleNamespace(data_parallel_size=dp, enable_elastic_ep=False,

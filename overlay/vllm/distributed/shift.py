@@ -20,9 +20,11 @@ How:
   cache tag and its own table of layers by name.  Its attention layers are
   bound to the SP model's KV-cache tensors (``bind_kv_cache``): one
   allocation.
-* Row-parallel weights of the full-TP model are views into the SP model's
-  (``share_weights``): full-TP rank tp*SP+sp holds exactly columns
-  [sp*k, (sp+1)*k) of TP rank tp's shard, so no second copy is needed.
+* Row-parallel weights, embeddings and the LM head of the full-TP model are
+  views into the SP model's (``share_weights``): full-TP rank tp*SP+sp holds
+  exactly columns [sp*k, (sp+1)*k) of TP rank tp's row-parallel shard and a
+  range of vocabulary rows inside its vocabulary shard, so no second copy
+  is needed.
 * The SP model's ``forward`` dispatches on the step's (padded) token count:
   at most ``threshold`` runs the full-TP model.  Every rank of a replica
   pads the same scheduler output the same way, so all ranks choose the same
@@ -30,9 +32,10 @@ How:
   multiple of SP and added to the CUDA-graph capture sizes, so padding never
   moves a step across it: "padded <= threshold" is "scheduled <= threshold",
   which is what the scheduler counts for ``/metrics``.
-* Logits and sampling stay with the SP model (its ``compute_logits``), once
-  per step whatever the mode; both modes return the hidden states of the
-  whole step.
+* Logits are computed once per step whatever the mode, by the full-TP
+  model's LM head (the vocabulary split over all TP*SP GPUs, not repeated
+  on each SP rank); both modes return the hidden states of the whole step,
+  and sampling stays the runner's.
 """
 
 from __future__ import annotations
@@ -195,8 +198,8 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     after = _allocated()
     extra = None if before is None or after is None else after - before
     logger.info("Shift parallelism: full-TP model (TP=%d) loaded beside the SP model: "
-                "%.2f GiB of its weights are views of the SP model's (row-parallel), "
-                "%.2f GiB are its own%s; threshold %d tokens",
+                "%.2f GiB of its weights are views of the SP model's (row-parallel, "
+                "embeddings, LM head), %.2f GiB are its own%s; threshold %d tokens",
                 cfg.parallel_config.tensor_parallel_size, state.shared_bytes / 2**30,
                 state.copied_bytes / 2**30,
                 f" (device memory +{extra / 2**30:.2f} GiB)" if extra is not None else "",
@@ -221,32 +224,52 @@ def _param_bytes(model: torch.nn.Module) -> int:
 
 
 def share_weights(sp_model: torch.nn.Module, full: torch.nn.Module) -> int:
-    """Point each unquantized row-parallel weight of the full-TP model at
-    its slice of the SP model's weight (no copy) and return the bytes
-    freed.  Full-TP rank tp*SP+sp holds input columns [sp*k, (sp+1)*k) of
-    TP rank tp's shard.  Other layers (merged QKV and gate/up projections,
-    embeddings, quantized layers) keep their own copy: their full-TP shard
-    is not one slice of the SP shard."""
+    """Point each unquantized weight of the full-TP model whose shard is one
+    slice of the SP model's shard at that slice (no copy), and return the
+    bytes freed:
+
+    * row-parallel linears: full-TP rank tp*SP+sp holds input columns
+      [sp*k, (sp+1)*k) of TP rank tp's shard;
+    * vocab-parallel embeddings and LM heads: a full-TP rank holds a range
+      of vocabulary rows inside its TP rank's range.
+
+    Other layers (merged QKV and gate/up projections, quantized layers)
+    keep their own copy: their full-TP shard is not one slice of the SP
+    shard."""
     from vllm.model_executor.layers.linear import RowParallelLinear, UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        UnquantizedEmbeddingMethod, VocabParallelEmbedding)
 
     sp, rank = ulysses.sp_size(), ulysses.sp_rank()
     sp_modules = dict(sp_model.named_modules())
     saved = 0
     for name, layer in full.named_modules():
         src = sp_modules.get(name)
-        if not (isinstance(layer, RowParallelLinear) and isinstance(src, RowParallelLinear)):
+        if isinstance(layer, RowParallelLinear) and isinstance(src, RowParallelLinear):
+            plain = UnquantizedLinearMethod
+        elif isinstance(layer, VocabParallelEmbedding) and isinstance(src, VocabParallelEmbedding):
+            plain = UnquantizedEmbeddingMethod
+        else:
             continue
-        if not (type(layer.quant_method) is UnquantizedLinearMethod
-                and type(src.quant_method) is UnquantizedLinearMethod):
+        if not (type(layer.quant_method) is plain and type(src.quant_method) is plain):
             continue
         w, s = layer.weight, src.weight
         # (The CPU platform packs linear weights for oneDNN and drops them.)
-        if w.dim() != 2 or s.dim() != 2 or w.numel() == 0:
+        if w.dim() != 2 or s.dim() != 2 or w.numel() == 0 or s.dtype != w.dtype:
             continue
-        k = w.shape[1]
-        if s.shape != (w.shape[0], k * sp) or s.dtype != w.dtype:
-            continue
-        w.data = s.data[:, rank * k:(rank + 1) * k]
+        if plain is UnquantizedLinearMethod:
+            k = w.shape[1]
+            if s.shape != (w.shape[0], k * sp):
+                continue
+            w.data = s.data[:, rank * k:(rank + 1) * k]
+        else:
+            mine, theirs = layer.shard_indices, src.shard_indices
+            offset = mine.padded_org_vocab_start_index - theirs.padded_org_vocab_start_index
+            rows = w.shape[0]
+            if (mine.num_added_elements_padded or theirs.num_added_elements_padded
+                    or w.shape[1] != s.shape[1] or offset < 0 or offset + rows > s.shape[0]):
+                continue
+            w.data = s.data[offset:offset + rows]
         saved += w.numel() * w.element_size()
     return saved
 
@@ -268,7 +291,17 @@ def _dispatch(model: torch.nn.Module, state: _Shift) -> None:
                           intermediate_tensors=intermediate_tensors,
                           inputs_embeds=inputs_embeds, **kwargs)
 
+    def compute_logits(hidden_states, *args, **kwargs):
+        # The full-TP model's LM head splits the vocabulary over all TP*SP
+        # GPUs (its weights are views of the SP model's), where the SP
+        # model's repeats its TP shard on every SP rank: same logits, 1/SP
+        # of the LM-head weights read and multiplied per GPU, whatever the
+        # step's mode.
+        with _full_tp_step():
+            return full.compute_logits(hidden_states, *args, **kwargs)
+
     model.forward = forward
+    model.compute_logits = compute_logits
 
 
 @contextmanager

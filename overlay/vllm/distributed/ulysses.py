@@ -101,10 +101,38 @@ def init_groups(all_ranks: torch.Tensor, local_rank: int, backend: str) -> None:
                                     group_name="sp")
     _FULL_TP = init_model_parallel_group(full_tp_group_ranks(all_ranks), local_rank,
                                          backend, group_name="full_tp")
+    _gathers_in_member_order(_FULL_TP)
     if _SP.world_size > 1:
         logger.info_once("Ulysses SP: rank %d is SP rank %d of %d, full-TP rank %d of %d",
                          dist.get_rank(), _SP.rank_in_group, _SP.world_size,
                          _FULL_TP.rank_in_group, _FULL_TP.world_size)
+
+
+def _gathers_in_member_order(group: GroupCoordinator) -> None:
+    """torch.distributed and NCCL number a group's members by global rank,
+    while ``rank_in_group`` is the position in the group's list.  The
+    full-TP group's list is (tp, sp)-ordered, not sorted (TP=2, SP=2:
+    [0, 2, 1, 3]), so its gathers would come back in global-rank order;
+    reorder them to member order, which a TP model's gathers (vocab-parallel
+    logits) expect.  All-reduces, the group's other collectives, do not
+    depend on order; Ulysses' all-to-alls run on the SP groups, which are
+    sorted."""
+    torch_rank = [sorted(group.ranks).index(r) for r in group.ranks]   # of member i
+    if torch_rank == list(range(len(torch_rank))):
+        return
+
+    def member_order(x: torch.Tensor, dim: int) -> torch.Tensor:
+        chunks = x.chunk(len(torch_rank), dim=dim)
+        return torch.cat([chunks[j] for j in torch_rank], dim=dim)
+
+    all_gather, gather = group._all_gather_out_place, group.gather
+    group._all_gather_out_place = lambda x, dim: member_order(all_gather(x, dim), dim)
+
+    def gather_in_member_order(x: torch.Tensor, dst: int = 0, dim: int = -1) -> torch.Tensor | None:
+        out = gather(x, torch_rank[dst], dim)
+        return None if out is None else member_order(out, dim)
+
+    group.gather = gather_in_member_order
 
 
 def destroy_groups() -> None:
