@@ -82,7 +82,7 @@ def test_turns_off_the_enable_sp_compile_pass(llama, caplog):
     (dict(prefill_context_parallel_size=2, sequence_parallel_size=2),
      "cannot be combined with prefill/decode context parallelism"),
     (dict(sequence_parallel_size=2, enable_expert_parallel=True), "does not support expert parallelism"),
-    (dict(sequence_parallel_size=2, distributed_executor_backend="ray"), "multiprocessing executor only"),
+    (dict(sequence_parallel_size=2, data_parallel_backend="ray"), "Ray data-parallel backend"),
     (dict(sequence_parallel_size=2, max_num_batched_tokens=63), "must be a multiple of sequence_parallel_size=2"),
 ])
 def test_bad_layouts_rejected(llama, kw, needle):

@@ -406,9 +406,10 @@ def validate_parallel_config(pc: ParallelConfig) -> None:
                          "drop --enable-expert-parallel (MoE layers stay TP-sharded) or use -sp 1")
     if pc.enable_elastic_ep:
         raise ValueError("sequence_parallel_size > 1 does not support elastic EP: use -sp 1")
-    if pc.distributed_executor_backend in ("ray",) or pc.data_parallel_backend == "ray":
-        raise ValueError("sequence_parallel_size > 1 runs on the multiprocessing executor only: "
-                         "use --distributed-executor-backend mp")
+    if pc.data_parallel_backend == "ray":
+        raise ValueError("sequence_parallel_size > 1 does not support the Ray data-parallel "
+                         "backend yet: use --data-parallel-backend mp (the Ray executor, "
+                         "--distributed-executor-backend ray, is supported)")
 
 
 def verify_config(config: VllmConfig) -> None:

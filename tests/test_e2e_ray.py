@@ -1,0 +1,115 @@
+"""Ulysses SP on vLLM's Ray executors, on the real CPU engine: a local Ray
+head on loopback (started for this module, `ray stop` after), engines with
+`distributed_executor_backend="ray"`, each equal to TP=1.
+
+Both Ray executors: RayExecutorV2 (vLLM 0.26's default: Ray actors, the
+multiprocessing executor's message queues) and the compiled-graph executor
+(VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0), whose DAG feeds each PP stage's TP x SP
+ranks (patch 0016).  On CPU each rank's placement-group bundle holds one of
+the CPUs Ray counts (patch 0014); Ray is told 4 so that 4 ranks fit on a
+2-core machine, where they share cores as under the multiprocessing executor.
+
+Loopback only: Ray turns 127.0.0.1 into the machine's routable address
+unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (its local-only mode), which the
+head, the engine and its Ray workers all get; vLLM's own sockets follow
+VLLM_HOST_IP.
+
+Ray stops its workers with ray.kill, which runs no exit handlers: the
+shared-memory segments of their CPU all-reduce and message queues stay in
+/dev/shm (upstream's, with or without SP).  The fixture removes the ones
+that appeared while it ran and that no process maps."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from harness.compare import assert_same
+from harness.server import free_port
+from test_e2e_sp import check_prefix_cache, run
+
+pytestmark = pytest.mark.e2e
+
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "VLLM_HOST_IP": "127.0.0.1",
+            "RAY_USAGE_STATS_ENABLED": "0"}
+# Ray folds workers' log lines that differ only in numbers (and then tags
+# them with one of the workers).
+NO_DEDUP = {"RAY_DEDUP_LOGS": "0"}
+RAY_CPUS = 4
+SHM = Path("/dev/shm")
+
+
+def _mapped_shm() -> set[str]:
+    """Names under /dev/shm that some live process maps."""
+    names = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if " /dev/shm/" in line:
+                names.add(line.split(" /dev/shm/", 1)[1].split(" (deleted)")[0])
+    return names
+
+
+def _remove_leaked_shm(before: set[str]) -> list[str]:
+    if not SHM.is_dir():
+        return []
+    leaked = sorted(n for n in set(os.listdir(SHM)) - before - _mapped_shm()
+                    if n.startswith(("psm_", "sem.")) or "-cpushm_" in n)
+    for name in leaked:
+        (SHM / name).unlink(missing_ok=True)
+    return leaked
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A one-node Ray cluster on 127.0.0.1; yields the engine's env."""
+    ray = str(Path(sys.executable).with_name("ray"))
+    # Short: Ray's socket paths under it must fit a unix socket's 107 bytes.
+    tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    port = free_port()
+    env = {**os.environ, **LOOPBACK, "TORCHDYNAMO_DISABLE": "1"}
+    before = set(os.listdir(SHM)) if SHM.is_dir() else set()
+    started = subprocess.run(
+        [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+         "--num-cpus", str(RAY_CPUS), "--temp-dir", tmp, "--include-dashboard=false",
+         "--disable-usage-stats", "--ray-client-server-port", str(free_port())],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    try:
+        assert started.returncode == 0, started.stdout[-3000:]
+        assert "127.0.0.1" in started.stdout, started.stdout[-3000:]
+        yield {"RAY_ADDRESS": f"127.0.0.1:{port}", **LOOPBACK, **NO_DEDUP}
+    finally:
+        # `ray stop` stops every Ray process of this machine: this module's
+        # head is the only one a test run starts.
+        subprocess.run([ray, "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=120)
+        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_leaked_shm(before)
+
+
+@pytest.mark.parametrize("executor,tp,sp,pp", [
+    ("v2", 1, 2, 1),
+    ("v2", 2, 2, 1),
+    ("v2", 1, 2, 2),
+    ("compiled-graph", 1, 2, 2),
+])
+def test_sp_on_ray(llama, llama_ref, ray_cluster, executor, tp, sp, pp):
+    env = {**ray_cluster,
+           "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1" if executor == "v2" else "0"}
+    got = run(llama, tp=tp, sp=sp, pipeline_parallel_size=pp,
+              distributed_executor_backend="ray", env=env)
+    # The ranks were Ray actors of the executor asked for, with SP groups.
+    actor = "RayWorkerProc" if executor == "v2" else "RayWorkerWrapper"
+    sp_line = f"Ulysses SP: rank 0 is SP rank 0 of {sp}, full-TP rank 0 of {tp * sp}"
+    assert any(f"({actor} pid=" in line and sp_line in line
+               for line in got.log.splitlines()), got.log[-3000:]
+    assert_same(llama_ref, got, what=f"Ray ({executor}) PP={pp} x TP={tp} x SP={sp} vs TP=1")
+    check_prefix_cache(got)
