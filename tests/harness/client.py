@@ -102,12 +102,12 @@ def run_soak(base: str, model: str, soak: Soak, seed: int = 0) -> dict:
     rngs = [random.Random(rng.random()) for _ in range(soak.requests)]
     before = finished_by_length(base)
     t0 = time.time()
-    with ThreadPoolExecutor(soak.concurrency) as pool:
-        futures = [pool.submit(soak_request, base, model, soak, i, rngs[i])
-                   for i in range(soak.requests)]
-        _, hung = wait(futures, timeout=soak.watchdog_s)
-        for f in hung:
-            f.cancel()
+    pool = ThreadPoolExecutor(soak.concurrency)
+    futures = [pool.submit(soak_request, base, model, soak, i, rngs[i])
+               for i in range(soak.requests)]
+    _, hung = wait(futures, timeout=soak.watchdog_s)
+    # Not `with`: its exit would wait for hung requests and defeat the watchdog.
+    pool.shutdown(wait=False, cancel_futures=True)
     seconds = time.time() - t0
     results, errors = [], []
     for f in futures:
