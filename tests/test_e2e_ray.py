@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -68,31 +69,43 @@ def _remove_leaked_shm(before: set[str]) -> list[str]:
     return leaked
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A one-node Ray cluster on 127.0.0.1; yields the engine's env."""
+@contextmanager
+def ray_nodes(*nodes: tuple[str, int], env: dict[str, str]):
+    """A Ray cluster of `nodes` (address, CPUs), the first its head, all
+    on this machine; `ray stop` after (it stops every Ray process of the
+    machine: a test run starts no other)."""
     ray = str(Path(sys.executable).with_name("ray"))
     # Short: Ray's socket paths under it must fit a unix socket's 107 bytes.
     tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     port = free_port()
-    env = {**os.environ, **LOOPBACK, "TORCHDYNAMO_DISABLE": "1"}
+    extra, env = env, {**os.environ, **env, "TORCHDYNAMO_DISABLE": "1"}
     before = set(os.listdir(SHM)) if SHM.is_dir() else set()
-    started = subprocess.run(
-        [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", str(RAY_CPUS), "--temp-dir", tmp, "--include-dashboard=false",
-         "--disable-usage-stats", "--ray-client-server-port", str(free_port())],
-        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    head, cpus = nodes[0]
+    commands = [["--head", "--node-ip-address", head, "--port", str(port), "--temp-dir", tmp,
+                 "--include-dashboard=false", "--ray-client-server-port", str(free_port()),
+                 "--num-cpus", str(cpus)]]
+    commands += [["--address", f"{head}:{port}", "--node-ip-address", ip, "--num-cpus", str(n)]
+                 for ip, n in nodes[1:]]
     try:
-        assert started.returncode == 0, started.stdout[-3000:]
-        assert "127.0.0.1" in started.stdout, started.stdout[-3000:]
-        yield {"RAY_ADDRESS": f"127.0.0.1:{port}", **LOOPBACK, **NO_DEDUP}
+        for args in commands:
+            started = subprocess.run([ray, "start", *args, "--disable-usage-stats"], env=env,
+                                     text=True, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, timeout=120)
+            assert started.returncode == 0, started.stdout[-3000:]
+            assert args[args.index("--node-ip-address") + 1] in started.stdout, started.stdout[-3000:]
+        yield {"RAY_ADDRESS": f"{head}:{port}", **extra, **NO_DEDUP}
     finally:
-        # `ray stop` stops every Ray process of this machine: this module's
-        # head is the only one a test run starts.
         subprocess.run([ray, "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=120)
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_leaked_shm(before)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A one-node Ray cluster on 127.0.0.1; yields the engine's env."""
+    with ray_nodes(("127.0.0.1", RAY_CPUS), env=LOOPBACK) as env:
+        yield env
 
 
 # The heaviest layouts, no duplicates: TP x SP (the full-TP group's order)

@@ -457,7 +457,7 @@ def verify_config(config: VllmConfig) -> None:
     if sc.max_num_batched_tokens % sp:
         raise ValueError(f"max_num_batched_tokens={sc.max_num_batched_tokens} must be a "
                          f"multiple of sequence_parallel_size={sp} (steps are padded to it)")
-    check_groups_within_nodes(config, heads, kv_heads)
+    check_groups_within_nodes(config)
     # vLLM's own TP sequence-parallel compile passes split tokens over TP
     # ranks differently (vLLM 0.32 removed them; 0.26 has them).
     passes = config.compilation_config.pass_config
@@ -486,7 +486,7 @@ def exchange_bytes_per_token(config: VllmConfig, heads: int, kv_heads: int) -> i
     return (2 * q + 2 * kv) * per_head * (sp - 1) // (sp * sp)
 
 
-def check_groups_within_nodes(config: VllmConfig, heads: int, kv_heads: int) -> None:
+def check_groups_within_nodes(config: VllmConfig) -> None:
     """A TP x SP group must sit on one node: its all-to-alls run in every
     layer, and over a network they cost 10-20x NVLink.  Ranks are laid out
     TP fastest, then SP, so with R ranks per node the groups stay whole iff
@@ -495,18 +495,46 @@ def check_groups_within_nodes(config: VllmConfig, heads: int, kv_heads: int) -> 
     group = pc.tensor_parallel_size * pc.sequence_parallel_size
     if pc.nnodes_within_dp <= 1 or pc.local_world_size % group == 0:
         return
-    per_token = exchange_bytes_per_token(config, heads, kv_heads)
-    layers = config.model_config.get_num_layers(pc)
-    cost = (f"TP x SP groups of {group} ranks would span nodes ({pc.local_world_size} ranks per "
-            f"node): each layer's Ulysses all-to-alls would cross the network, "
+    _refuse_cross_node(config, f"TP x SP groups of {group} ranks would span nodes "
+                       f"({pc.local_world_size} ranks per node)",
+                       f"put whole TP x SP groups on a node (ranks per node a multiple of "
+                       f"{group}) and spread DP or PP over nodes")
+
+
+def check_rank_nodes(config: VllmConfig, rank_nodes: list[str]) -> None:
+    """The same rule for the Ray executors, which learn only from the
+    placement group where each rank landed (a PACK group may still split a
+    TP x SP group when a node's free devices run out).  rank_nodes: the
+    Ray node id of each rank of this engine, in rank order."""
+    pc = config.parallel_config
+    group = pc.tensor_parallel_size * pc.sequence_parallel_size
+    if pc.sequence_parallel_size == 1:
+        return
+    split = [r // group for r in range(0, len(rank_nodes), group)
+             if len(set(rank_nodes[r:r + group])) > 1]
+    if not split:
+        return
+    _refuse_cross_node(config, f"Ray placed the TP x SP group{'s' * (len(split) > 1)} "
+                       f"{', '.join(map(str, split))} ({group} ranks each) on more than one node",
+                       f"give each node's Ray resources a multiple of {group} devices, spread "
+                       f"DP or PP over nodes")
+
+
+def _refuse_cross_node(config: VllmConfig, what: str, fix: str) -> None:
+    """One line: what spans nodes, what it would cost (from the message
+    sizes), how to fix it or allow it."""
+    mc = config.model_config
+    per_token = exchange_bytes_per_token(config, mc.model_arch_config.total_num_attention_heads,
+                                         mc.get_total_num_kv_heads())
+    layers = mc.get_num_layers(config.parallel_config)
+    cost = (f"{what}: each layer's Ulysses all-to-alls would cross the network, "
             f"{per_token / 1024:.2f} KiB per GPU per token of a step, "
             f"{per_token * 8192 * layers / 2**30:.2f} GiB per GPU for one 8k-token prefill "
             f"over {layers} layers")
     if os.environ.get(CROSS_NODE_ENV) == "1":
         logger.warning("Ulysses SP (%s=1): %s", CROSS_NODE_ENV, cost)
         return
-    raise ValueError(f"{cost}; put whole TP x SP groups on a node (ranks per node a multiple "
-                     f"of {group}) and spread DP or PP over nodes, or set {CROSS_NODE_ENV}=1")
+    raise ValueError(f"{cost}; {fix}, or set {CROSS_NODE_ENV}=1")
 
 
 def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
