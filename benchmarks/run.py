@@ -66,6 +66,8 @@ LAYOUTS = {
     # A question for the SP speed work: a 1k prefill is launch-bound and runs
     # ungraphed (vLLM captures up to 512 tokens), yet an SP rank does only
     # 1/SP of a step's tokens -- does capturing up to 1024 give SP the 1k TTFT?
+    "tp1_graphs1024": ("official", 1, ["-tp", "1", "--compilation-config",
+                                       '{"max_cudagraph_capture_size": 1024}']),
     "sp2_graphs1024": ("ours", 2, ["-sp", "2", "--compilation-config",
                                    '{"max_cudagraph_capture_size": 1024}']),
     "shift_graphs1024": ("ours", 2, ["-sp", "2", "--shift-parallel", "--compilation-config",

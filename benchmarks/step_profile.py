@@ -35,7 +35,13 @@ LAYOUTS = {"tp1": dict(tensor_parallel_size=1), "tp2": dict(tensor_parallel_size
            "sp4": dict(sequence_parallel_size=4),
            # SP=2 <-> TP=2 at the default threshold: a prefill step runs the SP
            # model, a decode step of <= 256 sequences the full-TP model
-           "shift": dict(sequence_parallel_size=2, shift_parallel=True)}
+           "shift": dict(sequence_parallel_size=2, shift_parallel=True),
+           # CUDA graphs up to 1024 tokens (vLLM's default stops at 512): is
+           # the 1k prefill launch-bound only because it runs eager?
+           "tp1_graphs1024": dict(tensor_parallel_size=1,
+                                  compilation_config={"max_cudagraph_capture_size": 1024}),
+           "sp2_graphs1024": dict(sequence_parallel_size=2,
+                                  compilation_config={"max_cudagraph_capture_size": 1024})}
 
 # First match wins; names are CUDA kernel names (or CPU op names in a dry run).
 CATEGORIES = [

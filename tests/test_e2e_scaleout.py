@@ -2,7 +2,8 @@
 pipeline parallelism (SP inside each stage), data parallelism through
 `vllm serve -dp 2 -sp 2` (each replica a TP x SP group, requests spread
 over both), and vLLM's multi-node launch with two node ranks on loopback
-(SP inside a node, PP or DP across nodes), each equal to TP=1.
+(SP inside a node, PP or DP across nodes, and hybrid DP load balancing),
+each equal to TP=1.
 
 Between pipeline stages the intermediate tensors carry the whole padded
 step, not this SP rank's slice: the model wrapper gathers a stage's output
@@ -18,7 +19,7 @@ import pytest
 from harness.compare import assert_same
 from harness.engine import run_engine
 from harness.client import post, samples
-from harness.server import free_port, serve
+from harness.server import free_port, serve, serve_nodes
 from test_e2e_sp import PROMPTS, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
@@ -110,3 +111,22 @@ def test_two_nodes(llama, served_ref, tmp_path, axis):
     assert_served_like(served_ref, tokens, logprobs, f"two nodes, {axis.upper()}=2 x SP=2 vs TP=1")
     if axis == "dp":
         assert set(served) == {"0", "1"} and all(served.values()), served
+
+
+def test_hybrid_load_balancing(llama, served_ref, tmp_path):
+    """vLLM's hybrid DP load balancing (`--data-parallel-hybrid-lb`): DP=4
+    over two node ranks on loopback, two SP=2 replicas per node, each node
+    its own API server spreading requests over its local replicas (8 ranks).
+    Both servers answer like TP=1, and each only from its own replicas.
+    (External load balancing, one server per replica, is refused by vLLM
+    0.26 for dense models: its advice is independent servers.)"""
+    common = ["-dp", "4", "-sp", "2", "--data-parallel-hybrid-lb",
+              "--data-parallel-size-local", "2", "--data-parallel-address", "127.0.0.1",
+              "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
+    with serve_nodes(llama, [common, common + ["--data-parallel-start-rank", "2"]],
+                     tmp_path / "server.log", ranks=8) as bases:
+        for base, replicas in zip(bases, [{"0", "1"}, {"2", "3"}]):
+            tokens, logprobs = complete_all(base, llama)
+            served = served_per_engine(base)
+            assert_served_like(served_ref, tokens, logprobs, f"hybrid LB via {base} vs TP=1")
+            assert set(served) == replicas and all(served.values()), served

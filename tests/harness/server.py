@@ -34,12 +34,26 @@ def serve(model: Path, args: list[str], log: Path, ranks: int,
     (for the CPU engine's core binding).  ``headless``: the extra arguments
     of each other "node" of a multi-node launch on loopback, started first
     as `vllm serve MODEL --headless ...` (log: ``<log>.node<i>``)."""
-    port = free_port()
+    with serve_nodes(model, [args], log, ranks, timeout, headless) as bases:
+        yield bases[0]
+
+
+@contextmanager
+def serve_nodes(model: Path, servers: list[list[str]], log: Path, ranks: int,
+                timeout: float = 600, headless: list[list[str]] = ()) -> Iterator[list[str]]:
+    """``serve`` for launches where several nodes run an API server (vLLM's
+    hybrid DP load balancing): one server per entry of ``servers``, all
+    started together (they wait for each other), each on its own port
+    (logs: ``<log>``, ``<log>.server<j>``); yields their base URLs."""
     env = {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
     cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
-    logs = [log.with_name(f"{log.name}.node{i + 1}") for i in range(len(headless))] + [log]
+    ports = [free_port() for _ in servers]
+    # The head (servers[0]) last: stopped first, it tells the others to stop.
+    logs = ([log.with_name(f"{log.name}.node{i + 1}") for i in range(len(headless))]
+            + [log.with_name(f"{log.name}.server{j}") for j in range(1, len(servers))] + [log])
     cmds = [cli + [*a, "--headless"] for a in headless]
-    cmds.append(cli + [*args, "--port", str(port), "--host", "127.0.0.1"])
+    cmds += [cli + [*a, "--port", str(port), "--host", "127.0.0.1"]
+             for a, port in [*zip(servers, ports)][1:] + [(servers[0], ports[0])]]
     procs = []
     for cmd, path in zip(cmds, logs):
         with open(path, "w") as out:
@@ -49,24 +63,26 @@ def serve(model: Path, args: list[str], log: Path, ranks: int,
     def tails() -> str:
         return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for p in logs)
 
-    base = f"http://127.0.0.1:{port}"
+    bases = [f"http://127.0.0.1:{port}" for port in ports]
     try:
         deadline = time.time() + timeout
-        while True:
+        waiting = list(bases)
+        while waiting:
             exited = [p.returncode for p in procs if p.poll() is not None]
             if exited:
                 pytest.fail(f"server exited ({exited}):\n{tails()}")
             try:
-                if urllib.request.urlopen(base + "/health", timeout=5).status == 200:
-                    break
+                if urllib.request.urlopen(waiting[0] + "/health", timeout=5).status == 200:
+                    waiting.pop(0)
+                    continue
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             if time.time() > deadline:
                 pytest.fail("server did not come up:\n" + tails())
             time.sleep(2)
-        yield base
+        yield bases
     finally:
-        for proc in reversed(procs):      # the head first: it tells the others to stop
+        for proc in reversed(procs):
             try:
                 os.killpg(proc.pid, signal.SIGINT)
             except ProcessLookupError:
