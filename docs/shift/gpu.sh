@@ -2,8 +2,9 @@
 # (the installs come first, then these steps, each skipped once done):
 #   (env -u OUT setsid bash benchmarks/session.sh run docs/shift/gpu.sh /root/gh [RESUME] \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
-# RESUME may be docs/shift/results-run2 (shift's and SP=2's serving rows): a
-# run resumed from it adds what is missing.
+# RESUME may be docs/shift/results-run3 (top-1 done, sweep points 256 and 1024
+# done; run 2's serving rows were on another host): a run resumed from it adds
+# what is missing.
 #
 # Steps, in order of what the issue still needs:
 #   1. equivalence: shift (threshold 256) on the seeded random 8B checkpoint of
