@@ -67,6 +67,21 @@ def test_bad_input_rejected(llama, kw, needle):
     assert "--shift-parallel" in error_line(excinfo, needle)
 
 
+def test_threshold_at_or_above_the_batch_budget_warns(llama, monkeypatch):
+    """A threshold >= --max-num-batched-tokens is legal (plain full TP with
+    an idle SP model) but rarely meant, so the startup log says so."""
+    from vllm.distributed import shift
+
+    said = []
+    monkeypatch.setattr(shift.logger, "warning", lambda msg, *a: said.append(msg % a))
+    engine_config(llama, sequence_parallel_size=2, shift_parallel=True,
+                  shift_parallel_threshold=64, max_num_batched_tokens=2048)
+    assert said == []
+    engine_config(llama, sequence_parallel_size=2, shift_parallel=True,
+                  max_num_batched_tokens=512)            # the default threshold (1024)
+    assert len(said) == 1 and "every step runs in full TP" in said[0], said
+
+
 @pytest.mark.parametrize("sp,threshold", [(2, 256), (2, 7), (4, 30), (2, 1), (2, 4096)])
 def test_padding_never_crosses_the_threshold(llama, sp, threshold):
     """The workers pick the mode from the padded step size, the scheduler

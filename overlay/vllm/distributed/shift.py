@@ -124,6 +124,14 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError(f"--shift-parallel cannot load '{config.load_config.load_format}' "
                          "checkpoints: they hold one TP layout's shards, the full-TP model "
                          "needs another; use a plain checkpoint")
+    budget = config.scheduler_config.max_num_batched_tokens
+    t = effective_threshold(config.parallel_config)
+    if budget is not None and budget <= t:
+        # Legal (it is plain full TP with a spare SP model), but rarely meant:
+        # the default threshold is large enough to meet a small batch budget.
+        logger.warning("Shift parallelism: threshold %d >= --max-num-batched-tokens %d, so "
+                       "every step runs in full TP and the SP model never runs; lower "
+                       "--shift-parallel-threshold or raise --max-num-batched-tokens", t, budget)
 
 
 def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
