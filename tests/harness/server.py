@@ -48,14 +48,17 @@ def serve_nodes(model: Path, servers: list[list[str]], log: Path, ranks: int,
     env = {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
     cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
     ports = [free_port() for _ in servers]
-    # The head (servers[0]) last: stopped first, it tells the others to stop.
-    logs = ([log.with_name(f"{log.name}.node{i + 1}") for i in range(len(headless))]
-            + [log.with_name(f"{log.name}.server{j}") for j in range(1, len(servers))] + [log])
-    cmds = [cli + [*a, "--headless"] for a in headless]
-    cmds += [cli + [*a, "--port", str(port), "--host", "127.0.0.1"]
-             for a, port in [*zip(servers, ports)][1:] + [(servers[0], ports[0])]]
+    # The head (servers[0]) starts last, so it is stopped first (reversed
+    # below): stopping, it tells the others to stop.
+    launches = [(cli + [*a, "--headless"], log.with_name(f"{log.name}.node{i + 1}"))
+                for i, a in enumerate(headless)]
+    served = [(cli + [*a, "--port", str(port), "--host", "127.0.0.1"],
+               log if j == 0 else log.with_name(f"{log.name}.server{j}"))
+              for j, (a, port) in enumerate(zip(servers, ports))]
+    launches += served[1:] + served[:1]
+    logs = [path for _, path in launches]
     procs = []
-    for cmd, path in zip(cmds, logs):
+    for cmd, path in launches:
         with open(path, "w") as out:
             procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                           start_new_session=True))

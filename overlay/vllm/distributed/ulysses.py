@@ -507,9 +507,9 @@ def check_rank_nodes(config: VllmConfig, rank_nodes: list[str]) -> None:
     TP x SP group when a node's free devices run out).  rank_nodes: the
     Ray node id of each rank of this engine, in rank order."""
     pc = config.parallel_config
-    group = pc.tensor_parallel_size * pc.sequence_parallel_size
     if pc.sequence_parallel_size == 1:
         return
+    group = pc.tensor_parallel_size * pc.sequence_parallel_size
     split = [r // group for r in range(0, len(rank_nodes), group)
              if len(set(rank_nodes[r:r + group])) > 1]
     if not split:
