@@ -231,7 +231,7 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
            "--backend", "vllm", "--model", "m", "--tokenizer", str(model),
            "--port", str(port), "--dataset-name", "random", "--ignore-eos", "--seed", "0",
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-           "--num-warmups", "1", "--save-result", "--result-dir", str(out_dir),
+           "--num-warmups", "1", "--save-result", "--save-detailed", "--result-dir", str(out_dir),
            "--result-filename", f"{workload}.json", *args]
     log = out_dir / f"{workload}.log"
     with open(log, "w") as out:
@@ -242,6 +242,10 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
         raise RuntimeError(f"{layout}/{workload}: bench failed (rc={rc}):\n"
                            + log.read_text()[-3000:])
     r = json.loads(result.read_text())
+    if "itls" in r:   # per request: keep start, TTFT, end-to-end; drop the token-level lists
+        r["e2els"] = [t + sum(i) if t else None for t, i in zip(r["ttfts"], r.pop("itls"))]
+        r.pop("generated_texts", None)
+        result.write_text(json.dumps(r))
     want = int(args[args.index("--num-prompts") + 1])
     if r.get("completed") != want or r.get("failed", 0):
         result.rename(result.with_suffix(".failed.json"))    # not done: rerun next time

@@ -5,12 +5,15 @@
 # the official one within 1% (same run).
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/two-gpu-profile.sh /root/gh \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
-# 1k first: the launch-bound step behind SP's and shift's 1k TTFT.
+# 1k first: the launch-bound step behind SP's 1k TTFT (shift at its default,
+# 1024, runs a 1k prompt in full TP, like TP=2: docs/shift/results-run4/).
 step profile_1k env PYTHONPATH=/tmp/site-ours python3 benchmarks/step_profile.py \
-  --layout sp2 shift tp2 --prefill 1024 --decode 128 --out "$res/profile-p1024-d128"
+  --layout sp2 tp2 --prefill 1024 --decode 128 --out "$res/profile-p1024-d128"
 # The hypothesis TP=1's profile suggests: SP's 1k TTFT is host-bound because
 # 1024 tokens exceed vLLM's largest CUDA graph (512), although an SP rank only
 # runs 512 of them.  Same host, served: default capture sizes vs up to 1024.
+# `mid` also keeps each request's start and TTFT (run.py saves them): at 128
+# users shift's TTFT p50 was 3x TP=2's with equal end-to-end latency (run 4).
 step graphs python3 benchmarks/run.py layout sp2 sp2_graphs1024 shift shift_graphs1024 tp2 \
   --workloads lat1k,mid
 step profile_8k env PYTHONPATH=/tmp/site-ours python3 benchmarks/step_profile.py \
