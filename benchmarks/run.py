@@ -485,6 +485,16 @@ def report(shape: str) -> str:
                          f"{g(layout, 'mid', 'median_tpot_ms', fmt='{:.2f}')} | "
                          f"{g(layout, 'sat', 'output_throughput')} | "
                          f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
+    waves = [(n, mid_waves(res[n]["mid"])) for n in LAYOUTS if "start_times" in res.get(n, {}).get("mid", {})]
+    if waves:
+        lines += ["", "128 users, TTFT by wave (ms): the first 128 requests arrive at once; the rest "
+                  "arrive as earlier ones finish, so how bunched the first wave finishes sets their "
+                  "queue (p50 over all requests mixes the two):", "",
+                  "| layout | burst p50 / p90 | after the burst p50 / p90 | end-to-end p50 "
+                  "| most burst requests done in one 250 ms |", "| --- | --- | --- | --- | --- |"]
+        for n, w in waves:
+            lines.append(f"| {n} | {w['burst'][0]:.0f} / {w['burst'][1]:.0f} | "
+                         f"{w['after'][0]:.0f} / {w['after'][1]:.0f} | {w['e2e_p50']:.0f} | {w['bunched']} |")
     curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
     if curves:
         lines += ["", "Latency-throughput (Poisson arrivals, 2000 in / 250 out; `latency_throughput.png`):",
@@ -514,6 +524,23 @@ def report(shape: str) -> str:
     (RES / shape / "report.md").write_text(text)
     plot(shape, res)
     return text
+
+
+def mid_waves(r: dict) -> dict:
+    """TTFT p50/p90 (ms) of the requests that arrived in the opening burst
+    (the first max_concurrency) and of those after it, from the per-request
+    fields run.py keeps."""
+    rows = sorted(zip(r["start_times"], r["ttfts"], r["e2els"]))
+    burst = r.get("max_concurrency") or 128
+    ends = sorted(s + e for s, _, e in rows[:burst])
+
+    def pct(xs, p):
+        xs = sorted(x * 1e3 for x in xs)
+        return xs[round(p * (len(xs) - 1))] if xs else float("nan")
+    first, rest = [t for _, t, _ in rows[:burst]], [t for _, t, _ in rows[burst:]]
+    return {"burst": (pct(first, .5), pct(first, .9)), "after": (pct(rest, .5), pct(rest, .9)),
+            "e2e_p50": pct(r["e2els"], .5),
+            "bunched": max((sum(1 for e in ends if a <= e <= a + 0.25) for a in ends), default=0)}
 
 
 def sweep_points(res: dict, shape: str = "8b") -> list[tuple[int, str]]:
