@@ -74,6 +74,41 @@ def test_turns_off_the_enable_sp_compile_pass(llama, caplog):
     assert cfg.compilation_config.pass_config.fuse_gemm_comms is False
 
 
+def graph_sizes(model, **kw) -> list[int]:
+    """The CUDA-graph capture sizes vLLM would pick on a GPU: the CPU
+    platform runs eager, so the engine config is built eager and vLLM's own
+    sizing is then rerun with graphs on."""
+    from vllm.config import CUDAGraphMode
+
+    user_max = kw.pop("max_cudagraph_capture_size", None)
+    cfg = engine_config(model, max_num_batched_tokens=8192, max_num_seqs=256, **kw)
+    cfg.model_config.enforce_eager = False
+    cfg.compilation_config.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    cfg.compilation_config.cudagraph_capture_sizes = None
+    cfg.compilation_config.max_cudagraph_capture_size = user_max
+    cfg._set_cudagraph_sizes()
+    return cfg.compilation_config.cudagraph_capture_sizes
+
+
+def test_graphs_cover_sp_times_upstreams_tokens_per_step(llama):
+    """Each SP rank runs 1/SP of a step, so by default SP captures steps up
+    to SP x upstream's largest graph (each rank's graphs stay as small as
+    upstream's); a size the user sets is kept; SP=1 is upstream."""
+    tp = graph_sizes(llama, tensor_parallel_size=2)
+    assert max(tp) == 512 and graph_sizes(llama, sequence_parallel_size=1) == graph_sizes(llama)
+    sp2 = graph_sizes(llama, sequence_parallel_size=2)
+    assert max(sp2) == 1024 and all(s % 2 == 0 for s in sp2)
+    assert set(s for s in tp if s % 2 == 0) <= set(sp2)
+    assert max(graph_sizes(llama, tensor_parallel_size=2, sequence_parallel_size=2)) == 1024
+    assert max(graph_sizes(llama, sequence_parallel_size=2, max_cudagraph_capture_size=512)) == 512
+    # Shift: the added sizes are all at or below the default threshold, the full-TP model's.
+    from vllm.distributed import shift
+
+    cfg_kw = dict(sequence_parallel_size=2, shift_parallel=True)
+    assert max(graph_sizes(llama, **cfg_kw)) == 1024
+    assert shift.effective_threshold(engine_config(llama, **cfg_kw).parallel_config) == 1024
+
+
 @pytest.mark.parametrize("kw,needle", [
     (dict(sequence_parallel_size=3), "not divisible by tensor_parallel_size*sequence_parallel_size=1*3"),
     (dict(tensor_parallel_size=4, sequence_parallel_size=4), "not divisible by tensor_parallel_size*sequence_parallel_size=4*4"),
