@@ -1,0 +1,21 @@
+# Issue 8's next questions on 2xH200 (a plan for benchmarks/session.sh; kind
+# nvidia-h200-x2; ~14 min, so it can share a session with part of two-gpu.sh).
+#   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/two-gpu-sp-speed.sh /root/gh \
+#      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 470
+# 1. The exchange alone (docs/benchmarks/h200-2gpu-profile-run1/: 8.2 ms of an
+#    8k prefill at ~165 GB/s, 0.86 ms of a decode step in 64 small calls):
+#    NCCL send/recv as ours, all_to_all_single, and a symmetric-memory put,
+#    under NCCL's defaults and two p2p settings (~1 min each).
+step exchange timeout 300 env PYTHONPATH=/tmp/site-ours python3 benchmarks/exchange_bench.py --out "$res/exchange"
+step exchange_ch timeout 300 env PYTHONPATH=/tmp/site-ours NCCL_MIN_P2P_NCHANNELS=32 python3 benchmarks/exchange_bench.py \
+  --out "$res/exchange" --tag=-min-p2p-nchannels-32
+step exchange_chunk timeout 300 env PYTHONPATH=/tmp/site-ours NCCL_P2P_NVL_CHUNKSIZE=2097152 python3 benchmarks/exchange_bench.py \
+  --out "$res/exchange" --tag=-p2p-nvl-chunksize-2m
+# 2. The graph default served where it was not yet: shift (1k prompts now
+#    replay a full-TP graph) against its old default, and TP=2 with the same
+#    larger graphs for reference; 128 users once more for SP=2 both ways.
+step model env PYTHONPATH=/tmp/site python3 benchmarks/run.py setup --shape 8b
+step graphs python3 benchmarks/run.py layout shift shift_graphs512 tp2 tp2_graphs1024 \
+  --workloads lat1k
+step graphs_mid python3 benchmarks/run.py layout sp2 sp2_graphs512 --workloads lat1k,mid
+step report python3 benchmarks/run.py report
