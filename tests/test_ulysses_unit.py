@@ -164,6 +164,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_exchange_op_takes_contiguous_input_from_inductor():
+    """Compiled, the packed q/k/v must reach the op dense and in [SP, n, w]
+    order: else Inductor hands it a transposed view and the op copies the
+    whole tensor again each layer (seen in the 2xH200 profile)."""
+    import torch
+    from vllm.distributed import ulysses
+
+    ulysses._register_ops()
+    assert torch.Tag.needs_contiguous_strides in torch.ops.vllm.ulysses_all_to_all.default.tags
+
+
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2), (1, 4)])
 def test_all_to_all_matches_reference(tmp_path, tp, sp):
     script = tmp_path / "worker.py"

@@ -175,8 +175,8 @@ def _all_to_all(x: torch.Tensor, group_name: str) -> torch.Tensor:
     group = _groups[group_name]()
     if group is None:
         raise ValueError(f"group {group_name} is destroyed")
-    # Inductor may hand a custom op a non-contiguous layout of what eager
-    # code made contiguous; NCCL and gloo need dense buffers.
+    # NCCL and gloo need dense buffers; compiled callers already pass one
+    # (the op's tag), so this copies only for an eager caller's view.
     x = x.contiguous()
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     comm = getattr(group.device_communicator, "pynccl_comm", None)
@@ -208,8 +208,14 @@ def _register_ops() -> None:
     from vllm.utils.torch_utils import direct_register_custom_op
 
     if not hasattr(torch.ops.vllm, "ulysses_all_to_all"):
+        # needs_contiguous_strides: Inductor writes the packed q/k/v straight
+        # in [SP, n, width] order inside its pack kernel.  Without it Inductor
+        # passed a transposed view of its [n, SP, width] buffer and the op's
+        # .contiguous() copied all of it again, eager, every layer (2.3 ms of
+        # an 8k prefill on 2xH200, docs/benchmarks/h200-2gpu-profile-run1/).
         direct_register_custom_op("ulysses_all_to_all", _all_to_all,
-                                  fake_impl=_all_to_all_fake)
+                                  fake_impl=_all_to_all_fake,
+                                  tags=(torch.Tag.needs_contiguous_strides,))
 
 
 def all_to_all(x: torch.Tensor, group: GroupCoordinator) -> torch.Tensor:
