@@ -362,6 +362,10 @@ def soak(shape: str, out_dir: Path, base: str) -> None:
 
 def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) -> None:
     model = BENCH / "models" / shape
+    if not (model / "config.json").exists():
+        # Each server would start and die on the missing path: say it once.
+        raise SystemExit(f"run.py: no model at {model}: run `run.py setup --shape {shape}` "
+                         f"first (a plan's `model` step)")
     out_dir = RES / shape / layout
     out_dir.mkdir(parents=True, exist_ok=True)
     todo = [w for w in workloads if not (out_dir / f"{w}.json").exists()]
