@@ -1,5 +1,5 @@
 # Issue 8's next questions on 2xH200 (a plan for benchmarks/session.sh; kind
-# nvidia-h200-x2; ~14 min, so it can share a session with part of two-gpu.sh).
+# nvidia-h200-x2; ~16 min, so it can share a session with part of two-gpu.sh).
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/two-gpu-sp-speed.sh /root/gh \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 470
 # 1. The exchange alone (docs/benchmarks/h200-2gpu-profile-run1/: 8.2 ms of an
@@ -11,7 +11,11 @@ step exchange_ch timeout 300 env PYTHONPATH=/tmp/site-ours NCCL_MIN_P2P_NCHANNEL
   --out "$res/exchange" --tag=-min-p2p-nchannels-32
 step exchange_chunk timeout 300 env PYTHONPATH=/tmp/site-ours NCCL_P2P_NVL_CHUNKSIZE=2097152 python3 benchmarks/exchange_bench.py \
   --out "$res/exchange" --tag=-p2p-nvl-chunksize-2m
-# 2. The graph default served where it was not yet: shift (1k prompts now
+# 2. SP=2's 8k step again: the exchange op now asks Inductor for contiguous
+#    input (219ae29), which should remove the 2.3 ms re-copy of run 1's profile.
+step profile_8k env PYTHONPATH=/tmp/site-ours python3 benchmarks/step_profile.py \
+  --layout sp2 --prefill 8192 --decode 256 --out "$res/profile-p8192-d256"
+# 3. The graph default served where it was not yet: shift (1k prompts now
 #    replay a full-TP graph) against its old default, and TP=2 with the same
 #    larger graphs for reference; 128 users once more for SP=2 both ways.
 step model env PYTHONPATH=/tmp/site python3 benchmarks/run.py setup --shape 8b
