@@ -498,7 +498,8 @@ def report(shape: str) -> str:
                          f"{g(layout, 'mid', 'median_tpot_ms', fmt='{:.2f}')} | "
                          f"{g(layout, 'sat', 'output_throughput')} | "
                          f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
-    waves = [(n, mid_waves(res[n]["mid"])) for n in LAYOUTS if "start_times" in res.get(n, {}).get("mid", {})]
+    waves = [(n, mid_waves(res[n]["mid"])) for n in LAYOUTS
+             if "start_times" in res.get(n, {}).get("mid", {})]
     if waves:
         lines += ["", "128 users, TTFT by wave (ms): the first 128 requests arrive at once; the rest "
                   "arrive as earlier ones finish, so how bunched the first wave finishes sets their "
@@ -507,7 +508,8 @@ def report(shape: str) -> str:
                   "| most burst requests done in one 250 ms |", "| --- | --- | --- | --- | --- |"]
         for n, w in waves:
             lines.append(f"| {n} | {w['burst'][0]:.0f} / {w['burst'][1]:.0f} | "
-                         f"{w['after'][0]:.0f} / {w['after'][1]:.0f} | {w['e2e_p50']:.0f} | {w['bunched']} |")
+                         f"{w['after'][0]:.0f} / {w['after'][1]:.0f} | {w['e2e_p50']:.0f} | "
+                         f"{w['bunched']} |")
     curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
     if curves:
         lines += ["", "Latency-throughput (Poisson arrivals, 2000 in / 250 out; `latency_throughput.png`):",
@@ -541,8 +543,9 @@ def report(shape: str) -> str:
 
 def mid_waves(r: dict) -> dict:
     """TTFT p50/p90 (ms) of the requests that arrived in the opening burst
-    (the first max_concurrency) and of those after it, from the per-request
-    fields run.py keeps."""
+    (the first max_concurrency) and of those after it, and how bunched the
+    burst finished (the most of its requests ending within one 250 ms: their
+    replacements arrive together), from the per-request fields run.py keeps."""
     rows = sorted(zip(r["start_times"], r["ttfts"], r["e2els"]))
     burst = r.get("max_concurrency") or 128
     ends = sorted(s + e for s, _, e in rows[:burst])
