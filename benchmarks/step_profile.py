@@ -136,7 +136,10 @@ def child(layout: str, shape: str, device: str, out: Path, prefill: int, decode:
     def prompt(n: int, seed: int) -> dict:
         return {"prompt_token_ids": [(seed * 7919 + i * 104729) % vocab + 10 for i in range(n)]}
 
-    def run_steps(reqs: list[dict], max_tokens: int, profile_step: int, phase: str) -> None:
+    def run_steps(reqs: list[dict], max_tokens: int, profile_step: int, phase: str) -> bool:
+        """Run the requests to the end, profiling one step; False when that
+        step's GPU trace holds no kernels (seen once: SP=2's 1k prefill)."""
+        ok = True
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
                                 detokenize=False)
         for i, p in enumerate(reqs):
@@ -151,6 +154,10 @@ def child(layout: str, shape: str, device: str, out: Path, prefill: int, decode:
                 time.sleep(2)                     # workers finish writing
                 path = rank0_trace(traces, since)
                 summary = summarize(load_trace(path))
+                if device != "cpu" and summary["unit"] != "kernels":
+                    print(f"step_profile.py: {layout} {phase}: no kernels in {path.name}",
+                          flush=True)
+                    ok = False
                 summary.update(layout=layout, phase=phase, shape=shape, trace=path.name, tokens=(
                     prefill if phase == "prefill" else decode))
                 (out / f"{layout}-{phase}.json").write_text(json.dumps(summary, indent=1))
@@ -159,12 +166,19 @@ def child(layout: str, shape: str, device: str, out: Path, prefill: int, decode:
             else:
                 engine.step()
             step += 1
+        return ok
 
     run_steps([prompt(prefill, 1)], 1, -1, "warmup")           # compile, graphs, caches
-    run_steps([prompt(prefill, 2)], 1, 0, "prefill")           # one step: the whole prompt
+    # One step: the whole prompt (tried again with a new prompt if the trace
+    # came back empty).
+    for attempt in range(3):
+        if run_steps([prompt(prefill, 2 + attempt)], 1, 0, "prefill"):
+            break
     # The decode step: all sequences prefilled in the first step, then
     # steps of `decode` single-token sequences; the third of them is profiled.
-    run_steps([prompt(16, 100 + i) for i in range(decode)], 6, 3, "decode")
+    for attempt in range(3):
+        if run_steps([prompt(16, 100 + 1000 * attempt + i) for i in range(decode)], 6, 3, "decode"):
+            break
 
 
 def report(out: Path) -> str:
