@@ -130,7 +130,7 @@ class SymmPut:
         i, self.turn = self.turn, 1 - self.turn
         hdl, shape = self.hdls[i], x.shape
         mine = self.bufs[i][: x.numel()].view(shape)
-        theirs = hdl.get_buffer(self.peer, list(shape), x.dtype)
+        theirs = hdl.get_buffer(self.peer, tuple(shape), x.dtype)
         theirs[self.rank].copy_(x[self.peer])      # over NVLink, into the peer's buffer
         mine[self.rank].copy_(x[self.rank])
         hdl.barrier(channel=i)
@@ -202,6 +202,10 @@ def worker(rank, port, device_kind, out, iters, tag):
                             row[key] = None
                             row[key + "_error"] = f"{type(e).__name__}: {e}"[:200]
                             torch.cuda.synchronize()
+                    # and still right after the timed loops (buffers reused, graphs replayed)
+                    x2 = x + 100
+                    if not torch.equal(fn(x2), expected(rank, n, w, device, dtype) + 100):
+                        row["error"] = "wrong blocks after the timed runs"
                     us = row.get("graph_us") or row.get("eager_us")
                     if us:
                         row["gb_per_s_each_way"] = row["mb_each_way"] / us * 1e3     # MB/µs = TB/s
