@@ -12,6 +12,7 @@ the model's exchange is changed.
 Ways (each checked for the right blocks before it is timed):
   pynccl      ours today: vLLM's NCCL communicator, grouped send/recv, plus a
               copy of the own block (needs vLLM on the path)
+  pynccl_self the same with the own block sent to self inside the NCCL group
   p2p         the same through torch's NCCL process group
   a2a_single  torch's all_to_all_single over NCCL
   symm_put    symmetric memory: write the peer's block straight into its
@@ -76,6 +77,22 @@ class PyNccl:
         self.comm.group_start()
         self.comm.send(x[self.peer], self.peer)
         self.comm.recv(out[self.peer], self.peer)
+        self.comm.group_end()
+        return out
+
+
+class PyNcclSelf(PyNccl):
+    """As ours, but the own block goes through NCCL too (a send/recv to self
+    in the same group): the copy then runs inside the NCCL kernel, beside the
+    peer transfer, instead of as a separate memcpy before it."""
+    name = "pynccl_self"
+
+    def __call__(self, x):
+        out = torch.empty_like(x)
+        self.comm.group_start()
+        for j in (self.rank, self.peer):
+            self.comm.send(x[j], j)
+            self.comm.recv(out[j], j)
         self.comm.group_end()
         return out
 
@@ -173,7 +190,7 @@ def worker(rank, port, device_kind, out, iters, tag):
     dist.init_process_group("gloo" if cpu else "nccl", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=2, device_id=None if cpu else device)
     dtype = torch.float32 if cpu else torch.bfloat16
-    ways = [P2P, A2ASingle] + ([] if cpu else [PyNccl, SymmPut])
+    ways = [P2P, A2ASingle] + ([] if cpu else [PyNccl, PyNcclSelf, SymmPut])
     rows = []
     for cls in ways:
         try:
