@@ -190,7 +190,7 @@ def worker(rank, port, device_kind, out, iters, tag):
     dist.init_process_group("gloo" if cpu else "nccl", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=2, device_id=None if cpu else device)
     dtype = torch.float32 if cpu else torch.bfloat16
-    ways = [P2P, A2ASingle] + ([] if cpu else [PyNccl, PyNcclSelf, SymmPut])
+    ways = [P2P, A2ASingle] + ([] if cpu else [PyNccl, SymmPut, PyNcclSelf])  # the least sure last
     rows = []
     for cls in ways:
         try:
