@@ -52,6 +52,11 @@ TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=8, num_key_value_heads=2)
 SHAPES = {"8b": (LLAMA_31_8B, 128256), "70b": (LLAMA_31_70B, 128256), "tiny": (TINY, 2048)}
 
+def graphs_up_to(tokens: int, *args: str) -> list[str]:
+    """Serve arguments with CUDA graphs captured for steps up to ``tokens``."""
+    return [*args, "--compilation-config", json.dumps({"max_cudagraph_capture_size": tokens})]
+
+
 # name -> (install, GPUs, serve arguments).  World = DP x SP x TP.
 LAYOUTS = {
     "tp1": ("official", 1, ["-tp", "1"]),
@@ -70,18 +75,12 @@ LAYOUTS = {
     # (It did, 49 -> 29 ms: since c7eb794 SP's default is SP x 512, so the
     # *_graphs1024 rows of ours equal their defaults and *_graphs512 are the
     # old default, kept to measure the change against.)
-    "tp1_graphs1024": ("official", 1, ["-tp", "1", "--compilation-config",
-                                       '{"max_cudagraph_capture_size": 1024}']),
-    "sp2_graphs1024": ("ours", 2, ["-sp", "2", "--compilation-config",
-                                   '{"max_cudagraph_capture_size": 1024}']),
-    "shift_graphs1024": ("ours", 2, ["-sp", "2", "--shift-parallel", "--compilation-config",
-                                     '{"max_cudagraph_capture_size": 1024}']),
-    "tp2_graphs1024": ("official", 2, ["-tp", "2", "--compilation-config",
-                                       '{"max_cudagraph_capture_size": 1024}']),
-    "sp2_graphs512": ("ours", 2, ["-sp", "2", "--compilation-config",
-                                  '{"max_cudagraph_capture_size": 512}']),
-    "shift_graphs512": ("ours", 2, ["-sp", "2", "--shift-parallel", "--compilation-config",
-                                    '{"max_cudagraph_capture_size": 512}']),
+    "tp1_graphs1024": ("official", 1, graphs_up_to(1024, "-tp", "1")),
+    "tp2_graphs1024": ("official", 2, graphs_up_to(1024, "-tp", "2")),
+    "sp2_graphs1024": ("ours", 2, graphs_up_to(1024, "-sp", "2")),
+    "shift_graphs1024": ("ours", 2, graphs_up_to(1024, "-sp", "2", "--shift-parallel")),
+    "sp2_graphs512": ("ours", 2, graphs_up_to(512, "-sp", "2")),
+    "shift_graphs512": ("ours", 2, graphs_up_to(512, "-sp", "2", "--shift-parallel")),
     # The peer, each at its own defaults (its shift threshold: 512).
     "arctic_sp2": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2"]),
     "arctic_shift": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2", "--enable-shift-parallel"]),
