@@ -231,8 +231,50 @@ def stop(proc) -> None:
         proc.wait()
 
 
+# Where a request's time goes, as the server saw it (histogram sums; vLLM's
+# own definitions): TTFT from the request's arrival at the engine frontend
+# (after tokenization) to its first token; queue = waiting to be scheduled;
+# prefill = scheduled to first token.  The client's TTFT minus the server's
+# is HTTP, tokenization and streaming -- the part no GPU count shrinks.
+SERVER_TIMES = {"ttft": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
+                "prefill": "vllm:request_prefill_time_seconds",
+                "e2e": "vllm:e2e_request_latency_seconds"}
+
+
+def server_times(base: str) -> dict[str, list[float]] | None:
+    """{key: [sum, count]} of SERVER_TIMES summed over all label sets, or
+    None when /metrics cannot be read (a report, not a check)."""
+    try:
+        text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    except (OSError, urllib.error.URLError):
+        return None
+    out = {}
+    for key, name in SERVER_TIMES.items():
+        sums = [float(m) for m in re.findall(rf"^{re.escape(name)}_sum(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+        counts = [float(m) for m in re.findall(rf"^{re.escape(name)}_count(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+        if sums and counts:
+            out[key] = [sum(sums), sum(counts)]
+    return out
+
+
+def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
+    """Mean milliseconds per request of each SERVER_TIMES entry between two
+    scrapes (the workload's requests plus its one warm-up request)."""
+    if not before or not after:
+        return {}
+    means = {}
+    for key, (s1, c1) in after.items():
+        s0, c0 = before.get(key, (0.0, 0.0))
+        if c1 > c0:
+            means[f"{key}_ms"] = 1e3 * (s1 - s0) / (c1 - c0)
+            means["requests"] = c1 - c0
+    return means
+
+
 def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_dir: Path) -> None:
     args = list(WORKLOADS[workload])
+    base = f"http://127.0.0.1:{port}"
+    before = server_times(base)
     if shape == "tiny":      # keep the dry run small
         args = [str(min(int(a), 256)) if a.isdigit() else a for a in args]
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
@@ -253,7 +295,8 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
     if "itls" in r:   # per request: keep start, TTFT, end-to-end; drop the token-level lists
         r["e2els"] = [t + sum(i) if t else None for t, i in zip(r["ttfts"], r.pop("itls"))]
         r.pop("generated_texts", None)
-        result.write_text(json.dumps(r))
+    r["server"] = server_means(before, server_times(base))
+    result.write_text(json.dumps(r))
     want = int(args[args.index("--num-prompts") + 1])
     if r.get("completed") != want or r.get("failed", 0):
         result.rename(result.with_suffix(".failed.json"))    # not done: rerun next time
@@ -509,6 +552,22 @@ def report(shape: str) -> str:
             lines.append(f"| {n} | {w['burst'][0]:.0f} / {w['burst'][1]:.0f} | "
                          f"{w['after'][0]:.0f} / {w['after'][1]:.0f} | {w['e2e_p50']:.0f} | "
                          f"{w['bunched']} |")
+    split = [(n, w) for n in LAYOUTS for w in ("lat1k", "lat8k", "lat32k")
+             if res.get(n, {}).get(w, {}).get("server", {}).get("ttft_ms")]
+    if split:
+        lines += ["", "Where one user's TTFT goes (means, ms; server figures from its /metrics, "
+                  "warm-up request included): queue and prefill inside the engine, the rest of the "
+                  "server's TTFT between frontend and engine, and the client's TTFT beyond the "
+                  "server's (HTTP, tokenization, streaming), which no GPU count shrinks:", "",
+                  "| layout | prompt | client TTFT | server TTFT | queue | prefill | frontend ↔ engine "
+                  "| client − server |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for n, w in split:
+            r, sv = res[n][w], res[n][w]["server"]
+            inner = sv.get("queue_ms", 0.0) + sv.get("prefill_ms", 0.0)
+            lines.append(f"| {n} | {w[3:]} | {r['mean_ttft_ms']:.1f} | {sv['ttft_ms']:.1f} | "
+                         f"{sv.get('queue_ms', float('nan')):.1f} | "
+                         f"{sv.get('prefill_ms', float('nan')):.1f} | {sv['ttft_ms'] - inner:.1f} | "
+                         f"{r['mean_ttft_ms'] - sv['ttft_ms']:.1f} |")
     curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
     if curves:
         lines += ["", "Latency-throughput (Poisson arrivals, 2000 in / 250 out; `latency_throughput.png`):",
