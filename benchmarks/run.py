@@ -61,6 +61,9 @@ def graphs_up_to(tokens: int, *args: str) -> list[str]:
 LAYOUTS = {
     "tp1": ("official", 1, ["-tp", "1"]),
     "tp1_ours": ("ours", 1, ["-tp", "1"]),          # SP=1 must be upstream: no regression
+    # the same two served again, in the other order: a 1% bound needs the drift between servers
+    "tp1_ours_again": ("ours", 1, ["-tp", "1"]),
+    "tp1_again": ("official", 1, ["-tp", "1"]),
     "tp2": ("official", 2, ["-tp", "2"]),
     "dp2": ("official", 2, ["-dp", "2"]),
     "sp2": ("ours", 2, ["-sp", "2"]),
