@@ -64,6 +64,8 @@ LAYOUTS = {
     # the same two served again, in the other order: a 1% bound needs the drift between servers
     "tp1_ours_again": ("ours", 1, ["-tp", "1"]),
     "tp1_again": ("official", 1, ["-tp", "1"]),
+    **{f"{name}_s{i}": (install, 1, ["-tp", "1"])          # more samples of the two, one server each
+       for i in (1, 2, 3) for name, install in (("tp1", "official"), ("tp1_ours", "ours"))},
     "tp2": ("official", 2, ["-tp", "2"]),
     "dp2": ("official", 2, ["-dp", "2"]),
     "sp2": ("ours", 2, ["-sp", "2"]),
