@@ -264,7 +264,7 @@ def server_times(base: str) -> dict[str, list[float]] | None:
 
 def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
     """Mean milliseconds per request of each SERVER_TIMES entry between two
-    scrapes (the workload's requests plus its one warm-up request)."""
+    scrapes (exactly the workload's requests: its warm-up ran before)."""
     if not before or not after:
         return {}
     means = {}
@@ -279,18 +279,30 @@ def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
 def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_dir: Path) -> None:
     args = list(WORKLOADS[workload])
     base = f"http://127.0.0.1:{port}"
-    before = server_times(base)
     if shape == "tiny":      # keep the dry run small
         args = [str(min(int(a), 256)) if a.isdigit() else a for a in args]
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-           "--backend", "vllm", "--model", "m", "--tokenizer", str(model),
-           "--port", str(port), "--dataset-name", "random", "--ignore-eos", "--seed", "0",
-           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-           "--num-warmups", "1", "--save-result", "--save-detailed", "--result-dir", str(out_dir),
-           "--result-filename", f"{workload}.json", *args]
+
+    def cmd(seed: int, extra: list[str]) -> list[str]:
+        return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+                "--backend", "vllm", "--model", "m", "--tokenizer", str(model),
+                "--port", str(port), "--dataset-name", "random", "--ignore-eos", "--seed", str(seed),
+                "--num-warmups", "0", *extra]
+    # Warm up with one prompt of another seed, not `vllm bench`'s own warm-up:
+    # that one repeats the first measured prompt, which then hits the prefix
+    # cache (one request in every latency workload was a cache hit), and it
+    # would fall inside the server's /metrics window.
+    n = args.index("--num-prompts") + 1
+    warm = args[:n] + ["1"] + args[n + 1:]
     log = out_dir / f"{workload}.log"
     with open(log, "w") as out:
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
+        subprocess.run(cmd(1, warm), stdout=out, stderr=subprocess.STDOUT,
+                       env=env_for(layout, shape), timeout=900)
+        before = server_times(base)
+        rc = subprocess.run(cmd(0, ["--percentile-metrics", "ttft,tpot,itl,e2el",
+                                    "--metric-percentiles", "50,90,99", "--save-result",
+                                    "--save-detailed", "--result-dir", str(out_dir),
+                                    "--result-filename", f"{workload}.json", *args]),
+                            stdout=out, stderr=subprocess.STDOUT,
                             env=env_for(layout, shape), timeout=900).returncode
     result = out_dir / f"{workload}.json"
     if rc != 0 or not result.exists():
@@ -560,8 +572,7 @@ def report(shape: str) -> str:
     split = [(n, w) for n in LAYOUTS for w in ("lat1k", "lat8k", "lat32k")
              if res.get(n, {}).get(w, {}).get("server", {}).get("ttft_ms")]
     if split:
-        lines += ["", "Where one user's TTFT goes (means, ms; server figures from its /metrics, "
-                  "warm-up request included): queue and prefill inside the engine, the rest of the "
+        lines += ["", "Where one user's TTFT goes (means, ms; server figures from its /metrics): queue and prefill inside the engine, the rest of the "
                   "server's TTFT between frontend and engine, and the client's TTFT beyond the "
                   "server's (HTTP, tokenization, streaming), which no GPU count shrinks:", "",
                   "| layout | prompt | client TTFT | server TTFT | queue | prefill | frontend ↔ engine "
