@@ -569,6 +569,30 @@ def report(shape: str) -> str:
             lines.append(f"| {n} | {w['burst'][0]:.0f} / {w['burst'][1]:.0f} | "
                          f"{w['after'][0]:.0f} / {w['after'][1]:.0f} | {w['e2e_p50']:.0f} | "
                          f"{w['bunched']} |")
+    groups: dict[str, list[str]] = {}     # one layout served by several servers
+    for n in LAYOUTS:
+        if n in res:
+            groups.setdefault(json.dumps(LAYOUTS[n]), []).append(n)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}
+    if groups:
+        lines += ["", "Same layout, several servers (each its own launch): mean (min – max) of the "
+                  "servers' medians; a difference between two installs smaller than the spread "
+                  "within one is not a measured difference:", "",
+                  "| install, arguments | servers | TTFT 1k (ms) | TTFT 8k (ms) | TPOT 1 user (ms) "
+                  "| sat. output tok/s |", "| --- | --- | --- | --- | --- | --- |"]
+        for key, names in groups.items():
+            install, _, args = json.loads(key)
+
+            def spread(w, k, fmt):
+                v = [res[n][w][k] for n in names if k in res[n].get(w, {})]
+                if not v:
+                    return "—"
+                return f"{fmt.format(sum(v) / len(v))} ({fmt.format(min(v))} – {fmt.format(max(v))})"
+            lines.append(f"| {install} `{' '.join(args)}` | {', '.join(names)} | "
+                         f"{spread('lat1k', 'median_ttft_ms', '{:.1f}')} | "
+                         f"{spread('lat8k', 'median_ttft_ms', '{:.1f}')} | "
+                         f"{spread('lat1k', 'median_tpot_ms', '{:.2f}')} | "
+                         f"{spread('sat', 'output_throughput', '{:.0f}')} |")
     split = [(n, w) for n in LAYOUTS for w in ("lat1k", "lat8k", "lat32k")
              if res.get(n, {}).get(w, {}).get("server", {}).get("ttft_ms")]
     if split:
