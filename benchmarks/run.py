@@ -491,6 +491,11 @@ def load(shape: str) -> dict[str, dict[str, dict]]:
     return res
 
 
+def table(intro: str, cells: list[str]) -> list[str]:
+    """A report section's opening lines: its intro, then a Markdown table header."""
+    return ["", intro, "", "| " + " | ".join(cells) + " |", "|" + " --- |" * len(cells)]
+
+
 def report(shape: str) -> str:
     res = load(shape)
     lines = [f"## {shape}: layouts x workloads", "",
@@ -526,10 +531,9 @@ def report(shape: str) -> str:
             own.append("sp2")
         return [r for r in refs + own if r in res and r != layout]
     if any(refs_of(layout) for layout in res):
-        lines += ["", "Ratios (TTFT and TPOT: reference / layout, higher is faster; throughput: "
-                  "layout / reference):", "",
-                  "| layout | vs | TTFT 8k | TTFT 32k | TPOT 1 user | sat. output tok/s |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += table("Ratios (TTFT and TPOT: reference / layout, higher is faster; throughput: "
+                       "layout / reference):",
+                       ["layout", "vs", "TTFT 8k", "TTFT 32k", "TPOT 1 user", "sat. output tok/s"])
         for layout in res:
             for ref in refs_of(layout):
 
@@ -545,10 +549,10 @@ def report(shape: str) -> str:
                              f"{ratio('sat', 'output_throughput', False)} |")
     sweep = sweep_points(res, shape)
     if sweep:
-        lines += ["", "Shift threshold sweep (`shift` runs at the default threshold of its wheel):", "",
-                  "| threshold (tokens) | TTFT 1k (ms) | TPOT 1 user (ms) | 128 users: output tok/s "
-                  "| 128 users: TTFT p50 (ms) | 128 users: TPOT p50 (ms) | sat. output tok/s "
-                  "| sat. TPOT p50 (ms) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += table("Shift threshold sweep (`shift` runs at the default threshold of its wheel):",
+                       ["threshold (tokens)", "TTFT 1k (ms)", "TPOT 1 user (ms)",
+                        "128 users: output tok/s", "128 users: TTFT p50 (ms)",
+                        "128 users: TPOT p50 (ms)", "sat. output tok/s", "sat. TPOT p50 (ms)"])
         for n, layout in sweep:
             lines.append(f"| {n} | {g(layout, 'lat1k', 'median_ttft_ms', fmt='{:.1f}')} | "
                          f"{g(layout, 'lat1k', 'median_tpot_ms', fmt='{:.3f}')} | "
@@ -560,11 +564,11 @@ def report(shape: str) -> str:
     waves = [(n, mid_waves(res[n]["mid"])) for n in LAYOUTS
              if "start_times" in res.get(n, {}).get("mid", {})]
     if waves:
-        lines += ["", "128 users, TTFT by wave (ms): the first 128 requests arrive at once; the rest "
-                  "arrive as earlier ones finish, so how bunched the first wave finishes sets their "
-                  "queue (p50 over all requests mixes the two):", "",
-                  "| layout | burst p50 / p90 | after the burst p50 / p90 | end-to-end p50 "
-                  "| most burst requests done in one 250 ms |", "| --- | --- | --- | --- | --- |"]
+        lines += table("128 users, TTFT by wave (ms): the first 128 requests arrive at once; the rest "
+                       "arrive as earlier ones finish, so how bunched the first wave finishes sets "
+                       "their queue (p50 over all requests mixes the two):",
+                       ["layout", "burst p50 / p90", "after the burst p50 / p90", "end-to-end p50",
+                        "most burst requests done in one 250 ms"])
         for n, w in waves:
             lines.append(f"| {n} | {w['burst'][0]:.0f} / {w['burst'][1]:.0f} | "
                          f"{w['after'][0]:.0f} / {w['after'][1]:.0f} | {w['e2e_p50']:.0f} | "
@@ -575,11 +579,11 @@ def report(shape: str) -> str:
             groups.setdefault(json.dumps(LAYOUTS[n]), []).append(n)
     groups = {k: v for k, v in groups.items() if len(v) > 1}
     if groups:
-        lines += ["", "Same layout, several servers (each its own launch): mean (min – max) of the "
-                  "servers' medians; a difference between two installs smaller than the spread "
-                  "within one is not a measured difference:", "",
-                  "| install, arguments | servers | TTFT 1k (ms) | TTFT 8k (ms) | TPOT 1 user (ms) "
-                  "| sat. output tok/s |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += table("Same layout, several servers (each its own launch): mean (min – max) of the "
+                       "servers' medians; a difference between two installs smaller than the spread "
+                       "within one is not a measured difference:",
+                       ["install, arguments", "servers", "TTFT 1k (ms)", "TTFT 8k (ms)",
+                        "TPOT 1 user (ms)", "sat. output tok/s"])
         for key, names in groups.items():
             install, _, args = json.loads(key)
 
@@ -596,11 +600,12 @@ def report(shape: str) -> str:
     split = [(n, w) for n in LAYOUTS for w in ("lat1k", "lat8k", "lat32k")
              if res.get(n, {}).get(w, {}).get("server", {}).get("ttft_ms")]
     if split:
-        lines += ["", "Where one user's TTFT goes (means, ms; server figures from its /metrics): queue and prefill inside the engine, the rest of the "
-                  "server's TTFT between frontend and engine, and the client's TTFT beyond the "
-                  "server's (HTTP, tokenization, streaming), which no GPU count shrinks:", "",
-                  "| layout | prompt | client TTFT | server TTFT | queue | prefill | frontend ↔ engine "
-                  "| client − server |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += table("Where one user's TTFT goes (means, ms; server figures from its /metrics): "
+                       "queue and prefill inside the engine, the rest of the server's TTFT between "
+                       "frontend and engine, and the client's TTFT beyond the server's (HTTP, "
+                       "tokenization, streaming), which no GPU count shrinks:",
+                       ["layout", "prompt", "client TTFT", "server TTFT", "queue", "prefill",
+                        "frontend ↔ engine", "client − server"])
         for n, w in split:
             r, sv = res[n][w], res[n][w]["server"]
             inner = sv.get("queue_ms", 0.0) + sv.get("prefill_ms", 0.0)
@@ -610,9 +615,10 @@ def report(shape: str) -> str:
                          f"{r['mean_ttft_ms'] - sv['ttft_ms']:.1f} |")
     curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
     if curves:
-        lines += ["", "Latency-throughput (Poisson arrivals, 2000 in / 250 out; `latency_throughput.png`):",
-                  "", "| layout | requests/s | achieved output tok/s | TTFT p50 / p99 (ms) "
-                  "| TPOT p50 / p99 (ms) | failed |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += table("Latency-throughput (Poisson arrivals, 2000 in / 250 out; "
+                       "`latency_throughput.png`):",
+                       ["layout", "requests/s", "achieved output tok/s", "TTFT p50 / p99 (ms)",
+                        "TPOT p50 / p99 (ms)", "failed"])
         for n in curves:
             for w in sorted((w for w in res[n] if w.startswith("rate")), key=lambda w: int(w[4:])):
                 lines.append(f"| {n} | {w[4:]} | {g(n, w, 'output_throughput')} | "
@@ -621,10 +627,11 @@ def report(shape: str) -> str:
                              f"{g(n, w, 'p99_tpot_ms', fmt='{:.2f}')} | {g(n, w, 'failed')} |")
     soaks = [n for n in LAYOUTS if "soak" in res.get(n, {})]
     if soaks:
-        lines += ["", "Soak (mixed lengths at saturation, half streamed, 10% cancelled by the client):",
-                  "", "| layout | requests | seconds | plain / streamed / cancelled | errors | hung "
-                  "| short | output tokens | left running, waiting, KV use | GPU MiB before → after |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += table("Soak (mixed lengths at saturation, half streamed, 10% cancelled by the "
+                       "client):",
+                       ["layout", "requests", "seconds", "plain / streamed / cancelled", "errors",
+                        "hung", "short", "output tokens", "left running, waiting, KV use",
+                        "GPU MiB before → after"])
         for n in soaks:
             r = res[n]["soak"]
             k = r["kinds"]
