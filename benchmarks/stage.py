@@ -47,20 +47,32 @@ def members(whl: Path) -> dict[str, str]:
     return out
 
 
-PART_BYTES = 56 << 20
+def part_bytes() -> int:
+    """A device call carries the part *and* the working tree (tracked and
+    untracked-not-ignored files, growing with committed results) under one
+    64 MiB cap: 60 MiB parts were refused once, 56 MiB parts once the tree
+    passed 8 MiB.  Cut the parts to what the tree leaves, less 2 MiB for the
+    last call's extras (unpack.sh, the hashes, ours, the Arctic sdist)."""
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.split(b"\0")
+    tree = sum((ROOT / f.decode()).stat().st_size for f in files if f and (ROOT / f.decode()).is_file())
+    size = (64 << 20) - tree - (2 << 20)
+    if size < 16 << 20:
+        raise SystemExit(f"stage.py: the working tree is {tree >> 20} MiB: too little of a "
+                         "device call's 64 MiB is left for the parts")
+    return size
 
 
 def resplit(out: Path) -> None:
-    """stage.sh cuts 60 MiB parts, but a device call carries the part *and*
-    the repository's tracked files (~4 MB and growing with committed results)
-    under one 64 MiB cap: a 60 MiB part was refused once.  Re-cut the same
-    bytes (unpack.sh concatenates part* in name order and checks the hash)."""
+    """stage.sh cuts 60 MiB parts; re-cut the same bytes to part_bytes()
+    (unpack.sh concatenates part* in name order and checks the hash)."""
+    size = part_bytes()
     parts = sorted(out.glob("part*"))
     data = b"".join(p.read_bytes() for p in parts)
     for p in parts:
         p.unlink()
-    for i in range(0, len(data), PART_BYTES):
-        (out / f"part{i // PART_BYTES:02d}").write_bytes(data[i:i + PART_BYTES])
+    for i in range(0, len(data), size):
+        (out / f"part{i // size:02d}").write_bytes(data[i:i + size])
 
 
 def main(out: Path) -> None:
