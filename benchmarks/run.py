@@ -237,10 +237,12 @@ def stop(proc) -> None:
 
 
 # Where a request's time goes, as the server saw it (histogram sums; vLLM's
-# own definitions): TTFT from the request's arrival at the engine frontend
-# (after tokenization) to its first token; queue = waiting to be scheduled;
-# prefill = scheduled to first token.  The client's TTFT minus the server's
-# is HTTP, tokenization and streaming -- the part no GPU count shrinks.
+# own definitions): TTFT from the request's arrival at the renderer (vLLM
+# 0.26 stamps it before tokenizing) to the frontend holding its first token;
+# queue = waiting to be scheduled; prefill = scheduled to first token.  The
+# rest of the server's TTFT is tokenization, input processing and the trip to
+# the engine core and back; the client's TTFT beyond the server's is HTTP
+# handling on both sides -- parts no GPU count shrinks.
 SERVER_TIMES = {"ttft": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
                 "prefill": "vllm:request_prefill_time_seconds",
                 "e2e": "vllm:e2e_request_latency_seconds"}
@@ -601,9 +603,10 @@ def report(shape: str) -> str:
              if res.get(n, {}).get(w, {}).get("server", {}).get("ttft_ms")]
     if split:
         lines += table("Where one user's TTFT goes (means, ms; server figures from its /metrics): "
-                       "queue and prefill inside the engine, the rest of the server's TTFT between "
-                       "frontend and engine, and the client's TTFT beyond the server's (HTTP, "
-                       "tokenization, streaming), which no GPU count shrinks:",
+                       "queue and prefill inside the engine; the rest of the server's TTFT "
+                       "(tokenization, input processing, the trip to the engine core and back); "
+                       "the client's TTFT beyond the server's (HTTP handling on both sides). "
+                       "No GPU count shrinks the last two:",
                        ["layout", "prompt", "client TTFT", "server TTFT", "queue", "prefill",
                         "frontend ↔ engine", "client − server"])
         for n, w in split:
