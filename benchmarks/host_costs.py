@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Per-request host work that grows with the prompt and no GPU count shrinks:
-tokenizing the prompt (the benchmark's word-level tokenizer, in the API
-server) and hashing its KV blocks for the prefix cache (the engine core),
-timed alone on the CPU.  One H200 run 3 found ~40 ms of TP=1's served 8k
+"""Per-request host work that grows with the prompt and no GPU count shrinks,
+timed alone on the CPU: tokenizing the prompt (the benchmark's word-level
+tokenizer, in the API server), hashing its KV blocks for the prefix cache
+(the engine core), and the first token's detokenization (vLLM 0.26 primes a
+tokenizers DecodeStream with the whole prompt, and its first step decodes
+all of it, twice, on the API server's event loop).  One H200 run 3 found ~40 ms of TP=1's served 8k
 TTFT outside the engine's prefill (docs/benchmarks/h200-1gpu-run3/); this
 says how much of it these two are.
 
@@ -42,7 +44,10 @@ def main() -> None:
     hash_fn = get_hash_fn_by_name("sha256")      # vLLM 0.26's default prefix_caching_hash_algo
     ku.init_none_hash(hash_fn)
     rng = random.Random(0)
-    print("| prompt tokens | tokenize (ms) | block hashes, sha256 (ms) |\n| --- | --- | --- |")
+    from tokenizers.decoders import DecodeStream
+
+    print("| prompt tokens | tokenize (ms) | block hashes, sha256 (ms) "
+          "| first token's detokenization (ms) |\n| --- | --- | --- | --- |")
     for n in map(int, a.lengths.split(",")):
         ids = [rng.randrange(1000, len(tok) - 1000) for _ in range(n)]
         text = tok.decode(ids)
@@ -51,7 +56,10 @@ def main() -> None:
             parent = None
             for i in range(0, n - n % 16, 16):
                 parent = ku.hash_block_tokens(hash_fn, parent, ids[i:i + 16], None)
-        print(f"| {n} | {median_ms(lambda: tok(text)['input_ids']):.1f} | {median_ms(hash_blocks):.1f} |")
+        def first_step():      # as vLLM's FastIncrementalDetokenizer does it
+            DecodeStream(ids=ids, skip_special_tokens=True).step(tok._tokenizer, ids[0])
+        print(f"| {n} | {median_ms(lambda: tok(text)['input_ids']):.1f} | {median_ms(hash_blocks):.1f} "
+              f"| {median_ms(first_step):.1f} |")
 
 
 if __name__ == "__main__":
