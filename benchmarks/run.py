@@ -241,8 +241,9 @@ def stop(proc) -> None:
 # 0.26 stamps it before tokenizing) to the frontend holding its first token;
 # queue = waiting to be scheduled; prefill = scheduled to first token.  The
 # rest of the server's TTFT is tokenization, input processing and the trip to
-# the engine core and back; the client's TTFT beyond the server's is HTTP
-# handling on both sides -- parts no GPU count shrinks.
+# the engine core and back; the client's TTFT beyond the server's is the
+# first token's detokenization (in vLLM 0.26 it decodes the whole prompt;
+# patch 0018 bounds it) and HTTP -- parts no GPU count shrinks.
 SERVER_TIMES = {"ttft": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
                 "prefill": "vllm:request_prefill_time_seconds",
                 "e2e": "vllm:e2e_request_latency_seconds"}
@@ -605,7 +606,7 @@ def report(shape: str) -> str:
         lines += table("Where one user's TTFT goes (means, ms; server figures from its /metrics): "
                        "queue and prefill inside the engine; the rest of the server's TTFT "
                        "(tokenization, input processing, the trip to the engine core and back); "
-                       "the client's TTFT beyond the server's (HTTP handling on both sides). "
+                       "the client's TTFT beyond the server's (the first token's detokenization, HTTP). "
                        "No GPU count shrinks the last two:",
                        ["layout", "prompt", "client TTFT", "server TTFT", "queue", "prefill",
                         "frontend ↔ engine", "client − server"])
