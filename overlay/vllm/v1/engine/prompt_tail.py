@@ -13,7 +13,8 @@ tokens, a WordPiece "##", a stripped leading space, skipped special tokens),
 so a short tail of the prompt primes the stream as well as all of it -- when
 the tail's text starts clean: not empty, not inside a character, and exactly
 the end of the text of a tail twice as long.  Otherwise the tail doubles, up
-to the whole prompt (upstream's behaviour).
+to LONGEST_TAIL tokens, and then the whole prompt is used (upstream's
+behaviour; the tries cost at most ~4k tokens of decoding).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 PROMPT_TAIL_TOKENS = 32
+LONGEST_TAIL = 1024
 
 
 def prompt_tail(tokenizer, ids: Sequence[int] | None, skip_special_tokens: bool):
     """The ids to prime a DecodeStream with: a tail of ``ids`` whose text
     does not depend on what precedes it, else all of ``ids``."""
     n = PROMPT_TAIL_TOKENS
-    while ids is not None and n < len(ids):
+    while ids is not None and n < len(ids) and n <= LONGEST_TAIL:
         tail = tokenizer.decode(ids[-n:], skip_special_tokens=skip_special_tokens)
         longer = tokenizer.decode(ids[-2 * n:], skip_special_tokens=skip_special_tokens)
         if tail and not tail.startswith("\ufffd") and longer.endswith(tail):
