@@ -1,5 +1,5 @@
 # Issue 8's next questions on 2xH200 (a plan for benchmarks/session.sh; kind
-# nvidia-h200-x2; ~19 min, so it can share a session with part of two-gpu.sh).
+# nvidia-h200-x2; ~22 min, so it can share a session with part of two-gpu.sh).
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/two-gpu-sp-speed.sh /root/gh \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 470
 # 1. The exchange alone (docs/benchmarks/h200-2gpu-profile-run1/: 8.2 ms of an
@@ -22,7 +22,9 @@ step model env PYTHONPATH=/tmp/site python3 benchmarks/run.py setup --shape 8b
 step graphs python3 benchmarks/run.py layout shift shift_graphs512 tp2 tp2_graphs1024 \
   --workloads lat1k
 step graphs_mid python3 benchmarks/run.py layout sp2 sp2_graphs512 --workloads lat1k,mid
-# 4. SP=2's 8k TTFT split like TP=1's (docs/benchmarks/h200-1gpu-run3/: ~40 ms of
-#    TP=1's 8k TTFT is host work outside the engine's prefill): is SP's the same?
-step split_8k python3 benchmarks/run.py layout sp2 tp1 --workloads lat8k
+# 4. SP=2's TTFT split like TP=1's (docs/benchmarks/h200-1gpu-run3/: ~35 ms of
+#    TP=1's 8k TTFT was host work outside the engine's prefill, ~21 ms of it the first
+#    token's detokenization, which patch 0018 bounds): SP=2 against TP=1 of both wheels,
+#    the issue's 8k and 32k ratios with the fix, and the fix's own effect at TP=1.
+step split_8k python3 benchmarks/run.py layout sp2 tp1 tp1_ours --workloads lat8k,lat32k
 step report python3 benchmarks/run.py report
