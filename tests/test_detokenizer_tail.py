@@ -65,7 +65,6 @@ def word_piece() -> Tokenizer:
     return tok
 
 
-@pytest.mark.core      # the patch is carried on every release the series is ported to
 @pytest.mark.parametrize("make", [byte_level, metaspace_byte_fallback, word_piece])
 def test_first_tokens_read_the_same_after_the_tail_as_after_the_whole_prompt(make, monkeypatch):
     from transformers import PreTrainedTokenizerFast
