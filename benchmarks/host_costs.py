@@ -4,9 +4,9 @@ timed alone on the CPU: tokenizing the prompt (the benchmark's word-level
 tokenizer, in the API server), hashing its KV blocks for the prefix cache
 (the engine core), and the first token's detokenization (vLLM 0.26 primes a
 tokenizers DecodeStream with the whole prompt, and its first step decodes
-all of it, twice, on the API server's event loop).  One H200 run 3 found ~40 ms of TP=1's served 8k
-TTFT outside the engine's prefill (docs/benchmarks/h200-1gpu-run3/); this
-says how much of it these two are.
+all of it, twice, on the API server's event loop).  One H200 run 3 found
+~35 ms of TP=1's served 8k TTFT outside the engine's prefill
+(docs/benchmarks/h200-1gpu-run3/); this says how much of it these three are.
 
     python3 benchmarks/run.py setup --shape 8b          # the tokenizer (BENCH_DIR)
     python3 benchmarks/host_costs.py [--model DIR]      # medians of 5, ms
@@ -36,6 +36,8 @@ def main() -> None:
     ap.add_argument("--model", default=str(Path(os.environ.get("BENCH_DIR", "/root/bench")) / "models" / "8b"))
     ap.add_argument("--lengths", default="1024,8192,32768")
     a = ap.parse_args()
+    from tokenizers.decoders import DecodeStream
+
     from vllm.tokenizers import get_tokenizer
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core import kv_cache_utils as ku
@@ -44,8 +46,6 @@ def main() -> None:
     hash_fn = get_hash_fn_by_name("sha256")      # vLLM 0.26's default prefix_caching_hash_algo
     ku.init_none_hash(hash_fn)
     rng = random.Random(0)
-    from tokenizers.decoders import DecodeStream
-
     print("| prompt tokens | tokenize (ms) | block hashes, sha256 (ms) "
           "| first token's detokenization (ms) |\n| --- | --- | --- | --- |")
     for n in map(int, a.lengths.split(",")):
@@ -56,6 +56,7 @@ def main() -> None:
             parent = None
             for i in range(0, n - n % 16, 16):
                 parent = ku.hash_block_tokens(hash_fn, parent, ids[i:i + 16], None)
+
         def first_step():      # as vLLM's FastIncrementalDetokenizer does it
             DecodeStream(ids=ids, skip_special_tokens=True).step(tok._tokenizer, ids[0])
         print(f"| {n} | {median_ms(lambda: tok(text)['input_ids']):.1f} | {median_ms(hash_blocks):.1f} "

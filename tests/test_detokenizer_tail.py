@@ -20,9 +20,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
-
-tokenizers = pytest.importorskip("tokenizers")
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog, again and again.",
