@@ -6,6 +6,10 @@
     python3 sp_gpu.py report R1.json R2.json ...             markdown tables
     python3 sp_gpu.py compare A.json B.json                  one pair, any two runs
 
+Results may be gzipped (R.json.gz): the reference runs committed under
+benchmarks/results/ are, to keep the tree that travels to the host small.
+On the GPU host this runs as the plan benchmarks/plans/two-gpu-equivalence.sh.
+
 Why a random *checkpoint* and not ``load_format="dummy"``: vLLM's dummy
 loader fills each rank's weight shard independently, so TP=1 and TP=2 would
 run different models.  Here every layout loads the same bytes (bf16, seeded
@@ -19,6 +23,7 @@ user on GPUs: torch.compile + CUDA graphs, the V2 model runner for Llama.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import statistics
@@ -192,8 +197,13 @@ def compare(a: dict, b: dict) -> dict:
     return res
 
 
+def load(path: Path) -> dict:
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
 def report(paths: list[Path]) -> str:
-    runs = {json.loads(p.read_text())["info"]["layout"]: json.loads(p.read_text()) for p in paths}
+    runs = {r["info"]["layout"]: r for r in map(load, paths)}
     lines = ["## Engines", "", "| layout | vllm | device | compile | cudagraphs | V2 runner | start (s) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in runs.items():
@@ -257,7 +267,7 @@ def main() -> None:
     elif args.cmd == "engine":
         engine(args.dir, args.tp, args.sp, args.out, args.cpu, args.eager)
     elif args.cmd == "compare":
-        res = compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
+        res = compare(load(args.a), load(args.b))
         res["top1_agreement"] = res["top1_agree"] / max(1, res["top1_total"])
         print(json.dumps(res, indent=1))
     else:
