@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """How fast can SP=2 exchange heads for tokens?  Ways to do the Ulysses
 all-to-all timed alone, at the step sizes the profile run measured
-(docs/benchmarks/h200-2gpu-profile-run1/: at an 8k prefill ours moves ~42 MB
+(benchmarks/results/2026-11-24-2gpu-sp-step-profile/: at an 8k prefill ours moves ~42 MB
 per layer each way at ~165 GB/s, at a 256-sequence decode it is 64 small
-latency-bound calls per step).  Issue 8 needs the fastest correct one before
-the model's exchange is changed.
+latency-bound calls per step).  The fastest correct one is wanted before the
+model's exchange is changed.
 
     python3 benchmarks/exchange_bench.py [--out DIR]          # 2 GPUs
     python3 benchmarks/exchange_bench.py --device cpu          # dry run (gloo)

@@ -4,9 +4,10 @@ timed alone on the CPU: tokenizing the prompt (the benchmark's word-level
 tokenizer, in the API server), hashing its KV blocks for the prefix cache
 (the engine core), and the first token's detokenization (vLLM 0.26 primes a
 tokenizers DecodeStream with the whole prompt, and its first step decodes
-all of it, twice, on the API server's event loop).  One H200 run 3 found
-~35 ms of TP=1's served 8k TTFT outside the engine's prefill
-(docs/benchmarks/h200-1gpu-run3/); this says how much of it these three are.
+all of it, twice, on the API server's event loop).  One H200 served ~35 ms
+of TP=1's 8k TTFT outside the engine's prefill
+(benchmarks/results/2026-11-24-1gpu-sp1-ttft-split/); this says how much of
+it these three are.
 
     python3 benchmarks/run.py setup --shape 8b          # the tokenizer (BENCH_DIR)
     python3 benchmarks/host_costs.py [--model DIR]      # medians of 5, ms

@@ -9,7 +9,7 @@ On the GPU host (after benchmarks/host-setup.sh):
     python3 benchmarks/run.py layout tp1 sp2 shift ...   # run what is not done yet
     python3 benchmarks/run.py report                     # table + plots
 
-Results live in $BENCH_DIR (default /root/bench/res) and are archived to $OUT/res.tgz
+Results live in $BENCH_DIR/res (BENCH_DIR defaults to /root/bench) and are archived to $OUT/res.tgz
 after every workload, so a call cut short by its time limit loses at most
 the workload it was in; the next call skips whatever is already there.
 
@@ -41,8 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(os.environ.get("BENCH_DIR", "/root/bench"))
 RES = BENCH / "res"
 # install -> PYTHONPATH.  "arctic": ArcticInference 0.3.0 as a plugin of the official wheel
-# (benchmarks/arctic-setup.sh), enabled per server by ARCTIC_INFERENCE_ENABLED=1.
-SITES = {"official": "/tmp/site", "ours": "/tmp/site-ours", "arctic": "/tmp/site-arctic:/tmp/site"}
+# (benchmarks/arctic-setup.sh), enabled per server by ARCTIC_INFERENCE_ENABLED=1.  The paths
+# and their defaults are benchmarks/hostpaths.sh's, which host-setup.sh installs into.
+_OFFICIAL = os.environ.get("SITE_OFFICIAL", "/tmp/site")
+SITES = {"official": _OFFICIAL, "ours": os.environ.get("SITE_OURS", "/tmp/site-ours"),
+         "arctic": os.environ.get("SITE_ARCTIC", "/tmp/site-arctic") + ":" + _OFFICIAL}
 
 LLAMA_31_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                    num_attention_heads=32, num_key_value_heads=8)
@@ -243,7 +246,8 @@ def stop(proc) -> None:
 # rest of the server's TTFT is tokenization, input processing and the trip to
 # the engine core and back; the client's TTFT beyond the server's is the
 # first token's detokenization (in vLLM 0.26 it decodes the whole prompt;
-# patch 0018 bounds it) and HTTP -- parts no GPU count shrinks.
+# the detokenizer-prime-with-prompt-tail patch bounds it) and HTTP -- parts no
+# GPU count shrinks.
 SERVER_TIMES = {"ttft": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
                 "prefill": "vllm:request_prefill_time_seconds",
                 "e2e": "vllm:e2e_request_latency_seconds"}

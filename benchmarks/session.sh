@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session's work as one resumable run: the installs, then the steps of
-# a plan (a bash file of `step NAME COMMAND...` lines, e.g. docs/shift/gpu.sh).
-# Each step leaves done.NAME in /root/bench/res and is skipped when run again;
+# a plan (a bash file of `step NAME COMMAND...` lines, e.g.
+# benchmarks/plans/two-gpu-shift.sh).  Each step leaves done.NAME in
+# $BENCH_DIR/res (hostpaths.sh: /root/bench/res) and is skipped when run again;
 # a poll returns everything as $OUT/res.tgz.
 #
 #   cp -r . /root/work && cd /root/work        # a copy no later call replaces
@@ -13,10 +14,13 @@
 # If it went back anyway, carry the last res.tgz (or a committed results
 # folder) to the fresh host as RESUME: the run starts from it and skips the
 # steps it holds.  In a plan: $res (results), $parts (staged bundle), $here
-# (the repository copy, the working directory).
+# (the repository copy, the working directory) and hostpaths.sh's variables
+# ($SITE_OFFICIAL, $SITE_OURS, $CKPT_DIR, ...).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-res=/root/bench/res
+# shellcheck source=hostpaths.sh
+source "$here/benchmarks/hostpaths.sh"
+res=$BENCH_DIR/res
 mkdir -p "$res"
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 
@@ -36,7 +40,7 @@ case "$1" in
     plan=$2 parts=$3
     cd "$here"
     if [[ -n "${4:-}" && ! -f "$res/progress.log" ]]; then
-      if [[ -d "$4" ]]; then cp -r "$4"/. "$res"/; else tar xzf "$4" -C /root/bench; fi
+      if [[ -d "$4" ]]; then cp -r "$4"/. "$res"/; else tar xzf "$4" -C "$BENCH_DIR"; fi
       echo "== resumed from $4 $(date +%T)" >> "$res/progress.log"
       # what lived on the old host only (installs, model dirs, checkpoints) is redone
       rm -f "$res"/done.{installs,hw,model,ckpt}
@@ -57,6 +61,6 @@ case "$1" in
     ls "$res" 2>/dev/null | tr '\n' ' '; echo
     if [[ -n "${OUT:-}" ]]; then
       # one archive: $OUT keeps only shallow folders
-      tar czf "$OUT/res.tgz" -C /root/bench res --exclude='*.safetensors' 2>/dev/null
+      tar czf "$OUT/res.tgz" -C "$BENCH_DIR" res --exclude='*.safetensors' 2>/dev/null
     fi ;;
 esac

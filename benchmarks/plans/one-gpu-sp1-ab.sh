@@ -12,7 +12,7 @@ top_sampler() {   # top_sampler FILE: per-thread CPU every 5 s until killed
 }
 for i in 1 2; do
   for w in ours official; do
-    site=/tmp/site; [[ $w == ours ]] && site=/tmp/site-ours
+    site=$SITE_OFFICIAL; [[ $w == ours ]] && site=$SITE_OURS
     top_sampler "$res/top-$w-$i.txt" & sampler=$!
     step "ab_${w}_$i" env PYTHONPATH=$site python3 benchmarks/step_profile.py --layout tp1 \
       --prefill 1024 --decode 128 --out "$res/profile-p1024-d128-$w-$i"

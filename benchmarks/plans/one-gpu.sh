@@ -10,12 +10,12 @@
 # 3. The rest of the TP=1 row of the 2-GPU matrix: 32k, 128 users, the
 #    context sweep and the latency-throughput curve (Poisson arrivals).
 # Installs (incl. building ArcticInference's module) run first in session.sh.
-step model env PYTHONPATH=/tmp/site python3 benchmarks/run.py setup --shape 8b
+step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step tp1 python3 benchmarks/run.py layout tp1 --workloads lat1k,lat8k,sat
 step tp1_ours python3 benchmarks/run.py layout tp1_ours --workloads lat1k,lat8k,sat
-step profile_8k env PYTHONPATH=/tmp/site python3 benchmarks/step_profile.py --layout tp1 \
+step profile_8k env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/step_profile.py --layout tp1 \
   --prefill 8192 --decode 256 --out "$res/profile-p8192-d256"
-step profile_1k env PYTHONPATH=/tmp/site python3 benchmarks/step_profile.py --layout tp1 \
+step profile_1k env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/step_profile.py --layout tp1 \
   --prefill 1024 --decode 128 --out "$res/profile-p1024-d128"
 step tp1_rows python3 benchmarks/run.py layout tp1 --workloads lat32k,mid,ctx,rate2,rate4,rate8,rate16
 step report python3 benchmarks/run.py report

@@ -1,4 +1,4 @@
-# The 2xH200 matrix of the benchmarks issue, ours beside ArcticInference in one
+# The 2xH200 serving matrix, ours beside ArcticInference in one
 # run (a plan for benchmarks/session.sh; kind nvidia-h200-x2).  ~4.5 min a
 # layout, so it spans two sessions: the second carries the first's res.tgz as
 # RESUME and runs what is missing.
@@ -8,7 +8,7 @@
 # first (the comparison that must share GPUs), then the upstream references,
 # then the curves.
 W=lat1k,lat8k,lat32k,sat,ctx
-step model env PYTHONPATH=/tmp/site python3 benchmarks/run.py setup --shape 8b
+step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step ours python3 benchmarks/run.py layout sp2 shift --workloads $W,soak
 step peer python3 benchmarks/run.py layout arctic_sp2 arctic_shift --workloads $W
 step refs python3 benchmarks/run.py layout tp2 dp2 tp1 --workloads $W

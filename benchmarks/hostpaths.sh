@@ -1,0 +1,11 @@
+# Where things live on the GPU host: the one place for these paths, each
+# overridable from the environment.  Sourced by session.sh (so every plan
+# sees them), host-setup.sh and arctic-setup.sh; run.py reads the same
+# variables with the same defaults.  The staged parts' folder is an argument
+# of session.sh and host-setup.sh (the staging calls in README.md use /root/gh).
+: "${SITE_OFFICIAL:=/tmp/site}"       # the official vLLM wheel + the runtime packages the host lacks
+: "${SITE_OURS:=/tmp/site-ours}"      # the same, hard-linked, with our patched files laid over it
+: "${SITE_ARCTIC:=/tmp/site-arctic}"  # ArcticInference, a plugin over $SITE_OFFICIAL
+: "${BENCH_DIR:=/root/bench}"         # run.py: results in res/ (what a poll archives), models in models/
+: "${CKPT_DIR:=/root/ckpt}"           # sp_gpu.py: the seeded random checkpoint (15 GB at 8B)
+export SITE_OFFICIAL SITE_OURS SITE_ARCTIC BENCH_DIR CKPT_DIR
