@@ -106,7 +106,7 @@ def unpack(sdist: Path, paths: set[str], dest: Path) -> None:
     with tarfile.open(sdist) as tar:
         members = []
         for m in tar:
-            top, _, rel = m.name.partition("/")
+            rel = m.name.partition("/")[2]
             if rel in paths and m.isfile():
                 m.name = rel
                 members.append(m)
@@ -130,12 +130,13 @@ def check_applies(version: str, version_dir: Path, cache: Path) -> list[str]:
         for p in patches:
             for args in (["--check"], []):
                 proc = subprocess.run(["git", "apply", "--whitespace=nowarn", *args, str(p)],
-                                      cwd=tree, env=env, text=True, capture_output=True)
+                                      cwd=tree, env=env, text=True, capture_output=True,
+                                      check=False)
                 if proc.returncode != 0:
-                    files = build.failing_files(proc.stderr) or [proc.stderr.strip()
-                                                                  .splitlines()[0]]
-                    return [f"{p.name} does not apply after the patches before it: "
-                            f"{', '.join(files)}"]
+                    files = (build.failing_files(proc.stderr)
+                             or [proc.stderr.strip().splitlines()[0]])
+                    return [(f"{p.name} does not apply after the patches before it: "
+                             f"{', '.join(files)}")]
     return []
 
 
