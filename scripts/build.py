@@ -230,14 +230,20 @@ def read_series_blocks(version_dir: Path) -> tuple[list[str], dict[str, list[str
     return header, before
 
 
+def slug_of(name: str) -> str:
+    """``0004-executor-count-sp-ranks.patch`` -> ``executor-count-sp-ranks``:
+    a patch's identity across series and releases (its number is its place)."""
+    return re.sub(r"^\d{4}-", "", name.removesuffix(".patch"))
+
+
 def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
                   comments_from: Path | None = None) -> list[str]:
     """Write the commits ``base..HEAD`` of a work tree out as the series: one
     ``NNNN-slug.patch`` per commit whose header is the commit message, plus the
-    ``series`` file (grouping comments kept from ``comments_from``'s series).
-    The slug comes from a ``Patch: NNNN-slug`` line in the message, else from
-    the subject.  Commits named ``overlay`` are skipped (overlay/ lives in
-    this repo)."""
+    ``series`` file (grouping comments kept from ``comments_from``'s series,
+    matched by slug).  NNNN is the commit's place; the slug comes from a
+    ``Patch: NNNN-slug`` line in the message, else from the subject.  Commits
+    named ``overlay`` are skipped (overlay/ lives in this repo)."""
     out.mkdir(parents=True, exist_ok=True)
     commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD", merge=False).stdout.split()
     for old in out.glob("*.patch"):
@@ -248,22 +254,25 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
         subject = msg.splitlines()[0]
         if subject == "overlay":
             continue
-        m = re.search(r"^Patch: (\d{4}-[a-z0-9-]+)$", msg, flags=re.M)
+        m = re.search(r"^Patch: \d{4}-([a-z0-9-]+)$", msg, flags=re.M)
         if m:
-            name = m.group(1) + ".patch"
+            slug = m.group(1)
             msg = msg.replace(m.group(0) + "\n", "")
         else:
             slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:48].strip("-")
-            name = f"{len(names) + 1:04d}-{slug}.patch"
+        # The number is only the position (the slug is a patch's identity), so
+        # a reordered or shortened series comes out numbered 0001.. again.
+        name = f"{len(names) + 1:04d}-{slug}.patch"
         diff = git(tree, "show", "--format=", "--no-color", "--full-index", sha,
                    merge=False).stdout
         (out / name).write_text(msg.rstrip() + "\n\n" + diff)
         names.append(name)
     header, before = read_series_blocks(comments_from or out) \
         if (comments_from or out).joinpath("series").exists() else ([], {})
+    before = {slug_of(n): c for n, c in before.items()}   # numbers may have moved
     lines = [f"# Applied in order by build.sh onto the pristine vLLM {version} sdist."] + header
     for n in names:
-        lines += before.get(n, []) + [n]
+        lines += before.get(slug_of(n), []) + [n]
     (out / "series").write_text("\n".join(lines) + "\n")
     return names
 

@@ -208,3 +208,20 @@ def test_patch_that_does_not_apply_names_patch_and_file(tmp_path):
     line = one_line_error(build("--tree-only", "--patches-dir", str(tmp_path / "patches"),
                                 "--build-dir", str(tmp_path / "b")))
     assert f"patch {bad} does not apply: vllm/envs.py" in line
+
+
+# ------------------------------------------------------------ check_series.py
+
+def test_check_series_standalone(tmp_path):
+    """scripts/check_series.py (run by CI before any build) passes on the
+    series, and a patch left out of `series` fails it with one line."""
+    check = [sys.executable, str(REPO / "scripts" / "check_series.py"), "--version", VERSION,
+             "--cache", str(CACHE)]
+    proc = subprocess.run(check, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    shutil.copytree(VERSION_DIR, tmp_path / f"v{VERSION}")
+    (tmp_path / f"v{VERSION}" / "9999-stray.patch").write_text("stray: not listed\n")
+    proc = subprocess.run(check + ["--patches-dir", str(tmp_path)], text=True,
+                          capture_output=True)
+    assert proc.returncode == 1
+    assert proc.stderr == f"check_series: v{VERSION}: 9999-stray.patch is not in series\n"

@@ -1,5 +1,6 @@
 """The detokenizer primes its decode stream with a tail of the prompt, not
-all of it (patch 0018, overlay vllm/v1/engine/prompt_tail.py): priming with a
+all of it (patch detokenizer-prime-with-prompt-tail, overlay
+vllm/v1/engine/prompt_tail.py): priming with a
 whole 8k prompt cost ~21 ms of every long request's first token on the GPU
 host (docs/benchmarks/h200-1gpu-run3/), and SP's TTFT lead shrinks by as much.
 

@@ -6,7 +6,8 @@ layout logic runs exactly as across machines (the bytes go over loopback).
 PP=2 x SP=2 across the two nodes (SP inside each) equals TP=1; a TP x SP
 group that the placement group had to split across the nodes is refused
 before any model is loaded, with the bytes its all-to-alls would send
-(patch 0017).  Each node offers Ray 2 CPUs, so a 4-rank engine fills both."""
+(patch ray-executors-keep-sp-groups-on-a-node).  Each node offers Ray 2 CPUs,
+so a 4-rank engine fills both."""
 
 from __future__ import annotations
 

@@ -166,7 +166,7 @@ def _full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     hash, and this model's graphs name the full-TP group, so they must
     never be mistaken for a genuine TP=TP*SP run's (which name ``tp``)."""
     pc = copy.copy(vllm_config.parallel_config)
-    pc.tensor_parallel_size = pc.tensor_parallel_size * pc.sequence_parallel_size
+    pc.tensor_parallel_size = pc.tp_sp_size
     pc.sequence_parallel_size = 1
     cc = copy.copy(vllm_config.compilation_config)
     cc.static_forward_context = {}

@@ -498,7 +498,7 @@ def check_groups_within_nodes(config: VllmConfig) -> None:
     TP fastest, then SP, so with R ranks per node the groups stay whole iff
     R is a multiple of TP*SP.  Refused unless $VLLM_SP_ALLOW_CROSS_NODE=1."""
     pc = config.parallel_config
-    group = pc.tensor_parallel_size * pc.sequence_parallel_size
+    group = pc.tp_sp_size
     if pc.nnodes_within_dp <= 1 or pc.local_world_size % group == 0:
         return
     _refuse_cross_node(config, f"TP x SP groups of {group} ranks would span nodes "
@@ -515,7 +515,7 @@ def check_rank_nodes(config: VllmConfig, rank_nodes: list[str]) -> None:
     pc = config.parallel_config
     if pc.sequence_parallel_size == 1:
         return
-    group = pc.tensor_parallel_size * pc.sequence_parallel_size
+    group = pc.tp_sp_size
     split = [r // group for r in range(0, len(rank_nodes), group)
              if len(set(rank_nodes[r:r + group])) > 1]
     if not split:

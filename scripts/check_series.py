@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Is a patch series whole, explained, and does it apply?  No build, no wheel.
+
+    scripts/check_series.py                 # the pin (VLLM_VERSION)
+    scripts/check_series.py --version 0.32.0
+    scripts/check_series.py --all           # every patches/v*/ with a series
+
+Per release, each problem is one line on stderr and the exit status is 1:
+
+- ``series`` and the directory agree: every name it lists exists, every
+  ``*.patch`` is listed, none twice, and the numbers count 0001, 0002, ...
+  in series order (the number is only a patch's place; its slug is its name);
+- every patch has a header (the text before its first ``diff --git``, which
+  build.sh makes the commit message): a ``topic: what`` subject line and a
+  body that says why, at least BODY_MIN characters;
+- the series applies in order to the pristine sdist (from the download
+  cache, fetched and checked against SHA256SUMS as build.sh does when it is
+  missing): each patch is checked and then applied, so patch N is checked
+  against the tree patches 1..N-1 left.  Only the files the series touches
+  are unpacked.
+
+Why: a patch series fails in ways a build reports late or not at all (a
+file renamed but not in ``series``, a header lost in an export, a patch that
+only applies after a later one); this is the cheap check CI runs first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import build  # noqa: E402
+
+BODY_MIN = 100
+NAME = re.compile(r"^(\d{4})-[a-z0-9]+(?:-[a-z0-9]+)*\.patch$")
+
+
+def listed(version_dir: Path) -> list[str]:
+    """The series' patch names, duplicates kept (read_series in build.py)."""
+    return build.read_series(version_dir)
+
+
+def check_files(version_dir: Path) -> list[str]:
+    names = listed(version_dir)
+    problems = [f"series lists {n} twice" for n in sorted({n for n in names
+                                                          if names.count(n) > 1})]
+    names = list(dict.fromkeys(names))
+    misnumbered = None
+    for i, name in enumerate(names, 1):
+        m = NAME.match(name)
+        if not m:
+            problems.append(f"series names {name}: not NNNN-slug.patch")
+        elif int(m.group(1)) != i and misnumbered is None:
+            misnumbered = f"{name} is patch {i} of the series"
+        if not (version_dir / name).is_file():
+            problems.append(f"series lists {name}, which does not exist")
+    if misnumbered:
+        problems.append(f"numbers do not count 0001, 0002, ... in series order ({misnumbered}; "
+                        "renumber: scripts/export-series.py numbers by place)")
+    for path in sorted(version_dir.glob("*.patch")):
+        if path.name not in names:
+            problems.append(f"{path.name} is not in series")
+    slugs = [build.slug_of(n) for n in names]
+    for slug in sorted({s for s in slugs if slugs.count(s) > 1}):
+        problems.append(f"slug {slug} names more than one patch")
+    return problems
+
+
+def check_header(path: Path) -> list[str]:
+    text = path.read_text()
+    if "diff --git " not in text:
+        return [f"{path.name}: no diff --git in it"]
+    header = text.split("diff --git ", 1)[0].strip()
+    if not header:
+        return [f"{path.name}: no header (what and why) before its diff"]
+    subject, _, body = header.partition("\n")
+    problems = []
+    if not re.match(r"^[\w./ -]+: \S", subject):
+        problems.append(f"{path.name}: subject {subject[:60]!r} is not 'topic: what'")
+    body = " ".join(body.split())
+    if len(body) < BODY_MIN:
+        problems.append(f"{path.name}: header body {len(body)} characters, under {BODY_MIN}: "
+                        "say why the patch exists")
+    return problems
+
+
+def patched_paths(patches: list[Path]) -> set[str]:
+    """Files the series reads from the pristine tree (a/ sides)."""
+    paths = set()
+    for p in patches:
+        for line in p.read_text().splitlines():
+            m = re.match(r"^--- a/(.+)$", line)
+            if m:
+                paths.add(m.group(1).rstrip("\t"))
+    return paths
+
+
+def unpack(sdist: Path, paths: set[str], dest: Path) -> None:
+    with tarfile.open(sdist) as tar:
+        members = []
+        for m in tar:
+            rel = m.name.partition("/")[2]
+            if rel in paths and m.isfile():
+                m.name = rel
+                members.append(m)
+        tar.extractall(dest, members=members, filter="data")
+
+
+def check_applies(version: str, version_dir: Path, cache: Path) -> list[str]:
+    names = [n for n in dict.fromkeys(listed(version_dir)) if (version_dir / n).is_file()]
+    patches = [version_dir / n for n in names]
+    try:
+        sdist = build.fetch("vllm", f"vllm-{version}.tar.gz", build.read_lock(version_dir),
+                            cache, version_dir, sdist=True)
+    except build.BuildError as e:
+        return [f"no pristine sdist: {str(e).splitlines()[0]}"]
+    with tempfile.TemporaryDirectory(prefix="check-series-") as tmp:
+        tree = Path(tmp)
+        unpack(sdist, patched_paths(patches), tree)
+        # Outside any repository git apply works on plain files; the ceiling
+        # keeps it from finding one above the temp dir.
+        env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.parent))
+        for p in patches:
+            for args in (["--check"], []):
+                proc = subprocess.run(["git", "apply", "--whitespace=nowarn", *args, str(p)],
+                                      cwd=tree, env=env, text=True, capture_output=True,
+                                      check=False)
+                if proc.returncode != 0:
+                    files = (build.failing_files(proc.stderr)
+                             or [proc.stderr.strip().splitlines()[0]])
+                    return [(f"{p.name} does not apply after the patches before it: "
+                             f"{', '.join(files)}")]
+    return []
+
+
+def check(version: str, patches_dir: Path, cache: Path) -> list[str]:
+    version_dir = patches_dir / f"v{version}"
+    if not (version_dir / "series").is_file():
+        return [f"no {version_dir / 'series'}"]
+    problems = check_files(version_dir)
+    for name in dict.fromkeys(listed(version_dir)):
+        if (version_dir / name).is_file():
+            problems += check_header(version_dir / name)
+    problems += check_applies(version, version_dir, cache)
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="check_series.py", description=__doc__.split("\n\n")[0])
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--version", default=(build.ROOT / "VLLM_VERSION").read_text().strip(),
+                       help="release whose series to check (default: the VLLM_VERSION file)")
+    which.add_argument("--all", action="store_true", help="every patches/v*/ that has a series")
+    ap.add_argument("--patches-dir", type=Path, default=build.ROOT / "patches")
+    ap.add_argument("--cache", type=Path,
+                    default=Path(os.environ.get("VLLM_SP_CACHE",
+                                                Path.home() / ".cache" / "vllm-sp")),
+                    help="download cache (default: $VLLM_SP_CACHE or ~/.cache/vllm-sp)")
+    args = ap.parse_args(argv)
+    if args.all:
+        versions = sorted((p.name[1:] for p in args.patches_dir.glob("v*")
+                           if (p / "series").is_file()),
+                          key=lambda v: tuple(int(x) for x in v.split(".")))
+    else:
+        versions = [args.version]
+    failed = False
+    for v in versions:
+        problems = check(v, args.patches_dir.resolve(), args.cache.resolve())
+        for p in problems:
+            print(f"check_series: v{v}: {p}", file=sys.stderr)
+        n = len(listed(args.patches_dir / f"v{v}")) if (args.patches_dir / f"v{v}" /
+                                                         "series").is_file() else 0
+        if problems:
+            failed = True
+        else:
+            print(f"check_series: v{v}: {n} patches listed, explained, applying in order")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        sys.exit(130)
