@@ -212,7 +212,7 @@ def _register_ops() -> None:
         # in [SP, n, width] order inside its pack kernel.  Without it Inductor
         # passed a transposed view of its [n, SP, width] buffer and the op's
         # .contiguous() copied all of it again, eager, every layer (2.3 ms of
-        # an 8k prefill on 2xH200, docs/benchmarks/h200-2gpu-profile-run1/).
+        # an 8k prefill on 2xH200, benchmarks/results/2026-11-24-2gpu-sp-step-profile/).
         direct_register_custom_op("ulysses_all_to_all", _all_to_all,
                                   fake_impl=_all_to_all_fake,
                                   tags=(torch.Tag.needs_contiguous_strides,))
@@ -551,7 +551,7 @@ def default_max_capture_size(config: VllmConfig, upstream: int) -> int:
     upstream's size, while a 1k-token step (SP=2) replays a graph instead of
     launching ~10 small kernels per layer from the host: served on 2xH200,
     1k TTFT 49 -> 29 ms, graph memory 1.4 -> 2.2 GiB, KV cache unchanged
-    (docs/benchmarks/h200-2gpu-profile-run1/).  Under Shift Parallelism the
+    (benchmarks/results/2026-11-24-2gpu-sp-step-profile/).  Under Shift Parallelism the
     sizes up to its threshold are the full-TP model's graphs (at SP=2 and
     the default threshold, 1024, all of the added ones)."""
     return upstream * config.parallel_config.sequence_parallel_size

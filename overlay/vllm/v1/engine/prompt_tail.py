@@ -4,7 +4,7 @@ vLLM 0.26 primes each request's ``tokenizers.DecodeStream`` with the whole
 prompt, and the stream's first ``step()`` decodes everything it was primed
 with, twice, on the API server's event loop: O(prompt) on the first token of
 every request (65 ms at 32k tokens on a 2-core CPU; ~21 ms of an 8k TTFT on
-the H200 host's frontend, docs/benchmarks/h200-1gpu-run3/).  That is host
+the H200 host's frontend, benchmarks/results/2026-11-24-1gpu-sp1-ttft-split/).  That is host
 time no GPU count shrinks, so it eats the long-prompt TTFT that sequence
 parallelism buys.
 
