@@ -230,7 +230,8 @@ def worker(rank, port, device_kind, out, iters, tag):
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
-        (out / f"exchange{tag}.json").write_text(json.dumps({"nccl_env": env, "rows": rows}, indent=1))
+        (out / f"exchange{tag}.json").write_text(json.dumps({"nccl_env": env, "rows": rows},
+                                                            indent=1))
         print(f"NCCL settings: {env or 'defaults'}")
         print(table(rows))
     dist.barrier()
@@ -249,7 +250,8 @@ def table(rows) -> str:
             v = r.get(k)
             return r.get(k + "_error", "—")[:60] if v is None else fmt.format(v)
         lines.append(f"| {r['way']} | {r['step']} | {r['exchange']} | {r['mb_each_way']:.2f} | "
-                     f"{r.get('error') or f('eager_us')} | {f('graph_us')} | {f('gb_per_s_each_way')} |")
+                     f"{r.get('error') or f('eager_us')} | {f('graph_us')} | "
+                     f"{f('gb_per_s_each_way')} |")
     return "\n".join(lines)
 
 

@@ -33,12 +33,13 @@ def median_ms(f, n: int = 5) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=str(Path(os.environ.get("BENCH_DIR", "/root/bench")) / "models" / "8b"))
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model",
+                    default=str(Path(os.environ.get("BENCH_DIR", "/root/bench")) / "models" / "8b"))
     ap.add_argument("--lengths", default="1024,8192,32768")
     a = ap.parse_args()
     from tokenizers.decoders import DecodeStream
-
     from vllm.tokenizers import get_tokenizer
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core import kv_cache_utils as ku
@@ -60,8 +61,8 @@ def main() -> None:
 
         def first_step():      # as vLLM's FastIncrementalDetokenizer does it
             DecodeStream(ids=ids, skip_special_tokens=True).step(tok._tokenizer, ids[0])
-        print(f"| {n} | {median_ms(lambda: tok(text)['input_ids']):.1f} | {median_ms(hash_blocks):.1f} "
-              f"| {median_ms(first_step):.1f} |")
+        print(f"| {n} | {median_ms(lambda: tok(text)['input_ids']):.1f} "
+              f"| {median_ms(hash_blocks):.1f} | {median_ms(first_step):.1f} |")
 
 
 if __name__ == "__main__":

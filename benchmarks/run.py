@@ -67,7 +67,7 @@ LAYOUTS = {
     # the same two served again, in the other order: a 1% bound needs the drift between servers
     "tp1_ours_again": ("ours", 1, ["-tp", "1"]),
     "tp1_again": ("official", 1, ["-tp", "1"]),
-    **{f"{name}_s{i}": (install, 1, ["-tp", "1"])          # more samples of the two, one server each
+    **{f"{name}_s{i}": (install, 1, ["-tp", "1"])      # more samples of the two, one server each
        for i in (1, 2, 3) for name, install in (("tp1", "official"), ("tp1_ours", "ours"))},
     "tp2": ("official", 2, ["-tp", "2"]),
     "dp2": ("official", 2, ["-dp", "2"]),
@@ -91,7 +91,8 @@ LAYOUTS = {
     "shift_graphs512": ("ours", 2, graphs_up_to(512, "-sp", "2", "--shift-parallel")),
     # The peer, each at its own defaults (its shift threshold: 512).
     "arctic_sp2": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2"]),
-    "arctic_shift": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2", "--enable-shift-parallel"]),
+    "arctic_shift": ("arctic", 2, ["--ulysses-sequence-parallel-size", "2",
+                                   "--enable-shift-parallel"]),
     "arctic_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2"]),
     "arctic_shift_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2",
                                            "--enable-shift-parallel"]),
@@ -151,7 +152,8 @@ def write_model(path: Path, shape: str) -> Path:
     cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab,
                hidden_act="silu", max_position_embeddings=131072, rms_norm_eps=1e-5,
                rope_theta=500000.0, torch_dtype="bfloat16", tie_word_embeddings=False,
-               bos_token_id=1, eos_token_id=2, head_dim=dims["hidden_size"] // dims["num_attention_heads"],
+               bos_token_id=1, eos_token_id=2,
+               head_dim=dims["hidden_size"] // dims["num_attention_heads"],
                rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                  original_max_position_embeddings=8192, rope_type="llama3"),
                **dims)
@@ -208,8 +210,8 @@ def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env_for(layout, shape),
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                env=env_for(layout, shape), start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 900
     while True:
@@ -248,7 +250,8 @@ def stop(proc) -> None:
 # first token's detokenization (in vLLM 0.26 it decodes the whole prompt;
 # the detokenizer-prime-with-prompt-tail patch bounds it) and HTTP -- parts no
 # GPU count shrinks.
-SERVER_TIMES = {"ttft": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
+SERVER_TIMES = {"ttft": "vllm:time_to_first_token_seconds",
+                "queue": "vllm:request_queue_time_seconds",
                 "prefill": "vllm:request_prefill_time_seconds",
                 "e2e": "vllm:e2e_request_latency_seconds"}
 
@@ -262,8 +265,10 @@ def server_times(base: str) -> dict[str, list[float]] | None:
         return None
     out = {}
     for key, name in SERVER_TIMES.items():
-        sums = [float(m) for m in re.findall(rf"^{re.escape(name)}_sum(?:{{[^}}]*}})? (\S+)$", text, re.M)]
-        counts = [float(m) for m in re.findall(rf"^{re.escape(name)}_count(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+        sums = [float(m) for m in re.findall(rf"^{re.escape(name)}_sum(?:{{[^}}]*}})? (\S+)$",
+                                             text, re.M)]
+        counts = [float(m) for m in re.findall(rf"^{re.escape(name)}_count(?:{{[^}}]*}})? (\S+)$",
+                                               text, re.M)]
         if sums and counts:
             out[key] = [sum(sums), sum(counts)]
     return out
@@ -292,8 +297,8 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
     def cmd(seed: int, extra: list[str]) -> list[str]:
         return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
                 "--backend", "vllm", "--model", "m", "--tokenizer", str(model),
-                "--port", str(port), "--dataset-name", "random", "--ignore-eos", "--seed", str(seed),
-                "--num-warmups", "0", *extra]
+                "--port", str(port), "--dataset-name", "random", "--ignore-eos",
+                "--seed", str(seed), "--num-warmups", "0", *extra]
     # Warm up with one prompt of another seed, not `vllm bench`'s own warm-up:
     # that one repeats the first measured prompt, which then hits the prefix
     # cache (one request in every latency workload was a cache hit), and it
@@ -391,7 +396,8 @@ def context_sweep(base: str, out_dir: Path, max_model_len: int) -> None:
 def gpu_memory_used_mib() -> list[int]:
     """memory.used of every GPU of the host (empty without nvidia-smi)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                              "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
@@ -410,7 +416,8 @@ def soak(shape: str, out_dir: Path, base: str) -> None:
 
     tiny = shape == "tiny"
     cfg = Soak(requests=120 if tiny else 1200, concurrency=16 if tiny else 256,
-               prompt_words=(2, 200) if tiny else (16, 4000), max_tokens=(1, 32) if tiny else (1, 512),
+               prompt_words=(2, 200) if tiny else (16, 4000),
+               max_tokens=(1, 32) if tiny else (1, 512),
                cancel_tokens=300 if tiny else 2000, word=word,
                vocab=(0, min(100000, SHAPES[shape][1] - 3)), watchdog_s=900)
     before = gpu_memory_used_mib()
@@ -519,12 +526,14 @@ def report(shape: str) -> str:
         if layout not in res:
             continue
         lines.append(f"| {layout} | {g(layout, 'lat1k', 'median_ttft_ms')} | "
-                     f"{g(layout, 'lat8k', 'median_ttft_ms')} | {g(layout, 'lat32k', 'median_ttft_ms')} | "
+                     f"{g(layout, 'lat8k', 'median_ttft_ms')} | "
+                     f"{g(layout, 'lat32k', 'median_ttft_ms')} | "
                      f"{g(layout, 'lat1k', 'median_tpot_ms', fmt='{:.2f}')} | "
                      f"{g(layout, 'lat8k', 'median_e2el_ms', 1e-3, '{:.2f}')} | "
                      f"{g(layout, 'mid', 'output_throughput')} | "
                      f"{g(layout, 'mid', 'median_tpot_ms', fmt='{:.2f}')} | "
-                     f"{g(layout, 'sat', 'output_throughput')} | {g(layout, 'sat', 'total_token_throughput')} | "
+                     f"{g(layout, 'sat', 'output_throughput')} | "
+                     f"{g(layout, 'sat', 'total_token_throughput')} | "
                      f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
     # Shift is also measured against SP=2 (which it must not lose to on long prompts),
     # and each of our layouts against the peer's same layout.
@@ -556,7 +565,8 @@ def report(shape: str) -> str:
                              f"{ratio('sat', 'output_throughput', False)} |")
     sweep = sweep_points(res, shape)
     if sweep:
-        lines += table("Shift threshold sweep (`shift` runs at the default threshold of its wheel):",
+        lines += table("Shift threshold sweep (`shift` runs at the default threshold of its "
+                       "wheel):",
                        ["threshold (tokens)", "TTFT 1k (ms)", "TPOT 1 user (ms)",
                         "128 users: output tok/s", "128 users: TTFT p50 (ms)",
                         "128 users: TPOT p50 (ms)", "sat. output tok/s", "sat. TPOT p50 (ms)"])
@@ -571,9 +581,9 @@ def report(shape: str) -> str:
     waves = [(n, mid_waves(res[n]["mid"])) for n in LAYOUTS
              if "start_times" in res.get(n, {}).get("mid", {})]
     if waves:
-        lines += table("128 users, TTFT by wave (ms): the first 128 requests arrive at once; the rest "
-                       "arrive as earlier ones finish, so how bunched the first wave finishes sets "
-                       "their queue (p50 over all requests mixes the two):",
+        lines += table("128 users, TTFT by wave (ms): the first 128 requests arrive at once; the "
+                       "rest arrive as earlier ones finish, so how bunched the first wave finishes "
+                       "sets their queue (p50 over all requests mixes the two):",
                        ["layout", "burst p50 / p90", "after the burst p50 / p90", "end-to-end p50",
                         "most burst requests done in one 250 ms"])
         for n, w in waves:
@@ -586,9 +596,9 @@ def report(shape: str) -> str:
             groups.setdefault(json.dumps(LAYOUTS[n]), []).append(n)
     groups = {k: v for k, v in groups.items() if len(v) > 1}
     if groups:
-        lines += table("Same layout, several servers (each its own launch): mean (min – max) of the "
-                       "servers' medians; a difference between two installs smaller than the spread "
-                       "within one is not a measured difference:",
+        lines += table("Same layout, several servers (each its own launch): mean (min – max) of "
+                       "the servers' medians; a difference between two installs smaller than the "
+                       "spread within one is not a measured difference:",
                        ["install, arguments", "servers", "TTFT 1k (ms)", "TTFT 8k (ms)",
                         "TPOT 1 user (ms)", "sat. output tok/s"])
         for key, names in groups.items():
@@ -598,7 +608,8 @@ def report(shape: str) -> str:
                 v = [res[n][w][k] for n in names if k in res[n].get(w, {})]
                 if not v:
                     return "—"
-                return f"{fmt.format(sum(v) / len(v))} ({fmt.format(min(v))} – {fmt.format(max(v))})"
+                return (f"{fmt.format(sum(v) / len(v))} "
+                        f"({fmt.format(min(v))} – {fmt.format(max(v))})")
             lines.append(f"| {install} `{' '.join(args)}` | {', '.join(names)} | "
                          f"{spread('lat1k', 'median_ttft_ms', '{:.1f}')} | "
                          f"{spread('lat8k', 'median_ttft_ms', '{:.1f}')} | "
@@ -610,8 +621,8 @@ def report(shape: str) -> str:
         lines += table("Where one user's TTFT goes (means, ms; server figures from its /metrics): "
                        "queue and prefill inside the engine; the rest of the server's TTFT "
                        "(tokenization, input processing, the trip to the engine core and back); "
-                       "the client's TTFT beyond the server's (the first token's detokenization, HTTP). "
-                       "No GPU count shrinks the last two:",
+                       "the client's TTFT beyond the server's (the first token's detokenization, "
+                       "HTTP). No GPU count shrinks the last two:",
                        ["layout", "prompt", "client TTFT", "server TTFT", "queue", "prefill",
                         "frontend ↔ engine", "client − server"])
         for n, w in split:
@@ -619,7 +630,8 @@ def report(shape: str) -> str:
             inner = sv.get("queue_ms", 0.0) + sv.get("prefill_ms", 0.0)
             lines.append(f"| {n} | {w[3:]} | {r['mean_ttft_ms']:.1f} | {sv['ttft_ms']:.1f} | "
                          f"{sv.get('queue_ms', float('nan')):.1f} | "
-                         f"{sv.get('prefill_ms', float('nan')):.1f} | {sv['ttft_ms'] - inner:.1f} | "
+                         f"{sv.get('prefill_ms', float('nan')):.1f} | "
+                         f"{sv['ttft_ms'] - inner:.1f} | "
                          f"{r['mean_ttft_ms'] - sv['ttft_ms']:.1f} |")
     curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
     if curves:
@@ -644,8 +656,9 @@ def report(shape: str) -> str:
             r = res[n]["soak"]
             k = r["kinds"]
             mem = r.get("gpu_memory_used_mib", {})
-            lines.append(f"| {n} | {r['requests']} | {r['seconds']:.0f} | {k['plain']} / {k['stream']} / "
-                         f"{k['cancelled']} | {len(r['errors'])} | {r['hung']} | {len(r['short'])} | "
+            lines.append(f"| {n} | {r['requests']} | {r['seconds']:.0f} | "
+                         f"{k['plain']} / {k['stream']} / {k['cancelled']} | "
+                         f"{len(r['errors'])} | {r['hung']} | {len(r['short'])} | "
                          f"{r['output_tokens']} | {tuple(r['left_running_waiting_kv'])} | "
                          f"{mem.get('before')} → {mem.get('after')} |")
     text = "\n".join(lines) + "\n"
@@ -698,7 +711,8 @@ def plot(shape: str, res: dict) -> None:
     names = [n for n in LAYOUTS if n in res]
     for ax, (w, key, title) in zip(axes, [("lat8k", "median_ttft_ms", "TTFT 8k, 1 user (ms)"),
                                            ("lat1k", "median_tpot_ms", "TPOT, 1 user (ms)"),
-                                           ("sat", "output_throughput", "output tok/s at saturation")]):
+                                           ("sat", "output_throughput",
+                                            "output tok/s at saturation")]):
         vals = [res[n].get(w, {}).get(key, 0) or 0 for n in names]
         ax.bar(names, vals)
         ax.set_title(title)
@@ -725,10 +739,12 @@ def plot(shape: str, res: dict) -> None:
         fig, axes = plt.subplots(1, 4, figsize=(20, 4))
         for ax, (w, key, title) in zip(axes, [("lat1k", "median_tpot_ms", "TPOT, 1 user (ms)"),
                                                ("lat1k", "median_ttft_ms", "TTFT 1k, 1 user (ms)"),
-                                               ("mid", "median_tpot_ms", "TPOT p50, 128 users (ms)"),
+                                               ("mid", "median_tpot_ms",
+                                                "TPOT p50, 128 users (ms)"),
                                                ("sat", "output_throughput",
                                                 "output tok/s at saturation")]):
-            pts = [(n, res[l][w][key]) for n, l in sweep if res[l].get(w, {}).get(key)]
+            pts = [(n, res[layout][w][key]) for n, layout in sweep
+                   if res[layout].get(w, {}).get(key)]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="shift")
             for ref in ("tp2", "sp2"):
                 v = res.get(ref, {}).get(w, {}).get(key)
@@ -761,10 +777,11 @@ def main() -> None:
     elif a.what == "setup":
         print("model:", write_model(BENCH / "models" / a.shape, a.shape))
     elif a.what == "layout":
-        bad = [l for l in a.layouts if l not in LAYOUTS]
+        bad = [layout for layout in a.layouts if layout not in LAYOUTS]
         if bad or not a.layouts:
             sys.exit(f"run.py: name layouts from {sorted(LAYOUTS)}")
-        bad = [w for w in a.workloads.split(",") if w not in WORKLOADS and w not in SPECIAL_WORKLOADS]
+        bad = [w for w in a.workloads.split(",")
+               if w not in WORKLOADS and w not in SPECIAL_WORKLOADS]
         if bad:
             sys.exit(f"run.py: unknown workloads {bad}: name them from "
                      f"{sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")

@@ -78,14 +78,17 @@ def make_ckpt(out: Path, preset: str, seed: int = 0) -> None:
     # itself: a well-conditioned random model whose argmax is not flipped by
     # bf16 rounding differences between layouts (std 0.02 everywhere gave
     # ~90% top-1 agreement between TP=1 and TP=2 in our first run).
-    save_file({"model.embed_tokens.weight": rnd(v, h, std=1.0), "model.norm.weight": torch.ones(h, dtype=dtype),
+    save_file({"model.embed_tokens.weight": rnd(v, h, std=1.0),
+               "model.norm.weight": torch.ones(h, dtype=dtype),
                "lm_head.weight": rnd(v, h)}, out / "embed.safetensors")
     for name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
         index[name] = "embed.safetensors"
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        t = {p + "self_attn.q_proj.weight": rnd(nh * d, h), p + "self_attn.k_proj.weight": rnd(nkv * d, h),
-             p + "self_attn.v_proj.weight": rnd(nkv * d, h), p + "self_attn.o_proj.weight": rnd(h, nh * d),
+        t = {p + "self_attn.q_proj.weight": rnd(nh * d, h),
+             p + "self_attn.k_proj.weight": rnd(nkv * d, h),
+             p + "self_attn.v_proj.weight": rnd(nkv * d, h),
+             p + "self_attn.o_proj.weight": rnd(h, nh * d),
              p + "mlp.gate_proj.weight": rnd(i, h), p + "mlp.up_proj.weight": rnd(i, h),
              p + "mlp.down_proj.weight": rnd(h, i),
              p + "input_layernorm.weight": torch.ones(h, dtype=dtype),
@@ -93,7 +96,8 @@ def make_ckpt(out: Path, preset: str, seed: int = 0) -> None:
         fname = f"layer{layer:03d}.safetensors"
         save_file(t, out / fname)
         index.update({k: fname for k in t})
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}))
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {},
+                                                                  "weight_map": index}))
     print(f"checkpoint {preset} written to {out}")
 
 
@@ -127,7 +131,8 @@ def engine(ckpt: Path, tp: int, sp: int, out: Path, cpu: bool, eager: bool = Fal
     llm = LLM(str(ckpt), **kwargs)
     start_s = time.time() - t0
     vc = llm.llm_engine.vllm_config
-    info = {"layout": f"TP={tp} SP={sp}" + os.environ.get("LAYOUT_SUFFIX", ""), "tp": tp, "sp": sp, "vllm": vllm.__version__,
+    info = {"layout": f"TP={tp} SP={sp}" + os.environ.get("LAYOUT_SUFFIX", ""),
+            "tp": tp, "sp": sp, "vllm": vllm.__version__,
             "engine_start_s": round(start_s, 1),
             "compile_mode": str(vc.compilation_config.mode),
             "cudagraph_mode": str(vc.compilation_config.cudagraph_mode),
@@ -204,14 +209,17 @@ def load(path: Path) -> dict:
 
 def report(paths: list[Path]) -> str:
     runs = {r["info"]["layout"]: r for r in map(load, paths)}
-    lines = ["## Engines", "", "| layout | vllm | device | compile | cudagraphs | V2 runner | start (s) |",
+    lines = ["## Engines", "",
+             "| layout | vllm | device | compile | cudagraphs | V2 runner | start (s) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in runs.items():
         i = r["info"]
         lines.append(f"| {name} | {i['vllm']} | {i.get('device', '?')} | {i['compile_mode']} | "
                      f"{i['cudagraph_mode']} | {i['v2_model_runner']} | {i['engine_start_s']} |")
-    lines += ["", "## Equivalence (greedy, teacher-forced top-1 over the prompts with prompt logprobs)",
-              "", "| pair | same greedy tokens | first divergence | top-1 agreement | max logprob diff |",
+    lines += ["", "## Equivalence (greedy, teacher-forced top-1 over the prompts with prompt "
+              "logprobs)", "",
+              "| pair | same greedy tokens | first divergence | top-1 agreement | "
+              "max logprob diff |",
               "| --- | --- | --- | --- | --- |"]
     names = list(runs)
     for x in range(len(names)):
@@ -219,27 +227,28 @@ def report(paths: list[Path]) -> str:
             c = compare(runs[names[x]], runs[names[y]])
             agree = c["top1_agree"] / max(1, c["top1_total"])
             lines.append(f"| {names[y]} vs {names[x]} | {c['same_greedy']}/{c['prompts']} | "
-                         f"{c['first_divergence']} | {agree:.2%} ({c['top1_agree']}/{c['top1_total']}) | "
+                         f"{c['first_divergence']} | "
+                         f"{agree:.2%} ({c['top1_agree']}/{c['top1_total']}) | "
                          f"{c['max_lp_diff']:.3g} |")
     lengths = list(next(iter(runs.values()))["timings"])
     runs_with_t = {k: v for k, v in runs.items() if v["timings"]}
     base = runs.get("TP=1 SP=1")
     lines += ["", "## Prefill time (one prompt, max_tokens=1, median of 3 after a warm-up)", "",
-              "| layout | " + " | ".join(f"{l} tokens (s)" for l in lengths) +
-              " | " + " | ".join(f"speed-up vs TP=1 @{l}" for l in lengths) + " |",
+              "| layout | " + " | ".join(f"{n} tokens (s)" for n in lengths) +
+              " | " + " | ".join(f"speed-up vs TP=1 @{n}" for n in lengths) + " |",
               "| --- " * (1 + 2 * len(lengths)) + "|"]
     for name, r in runs_with_t.items():
-        t = [r["timings"][l]["median_s"] for l in lengths]
-        sp = [(base["timings"][l]["median_s"] / r["timings"][l]["median_s"]) if base else float("nan")
-              for l in lengths]
+        t = [r["timings"][n]["median_s"] for n in lengths]
+        sp = [(base["timings"][n]["median_s"] / r["timings"][n]["median_s"]) if base
+              else float("nan") for n in lengths]
         lines.append(f"| {name} | " + " | ".join(f"{x:.3f}" for x in t) + " | " +
                      " | ".join(f"{x:.2f}x" for x in sp) + " |")
     tp2 = runs.get("TP=2 SP=1")
     sp2 = runs.get("TP=1 SP=2")
     if tp2 and sp2:
         lines += ["", "SP=2 vs TP=2 prefill speed-up: " + ", ".join(
-            f"{l} tokens {tp2['timings'][l]['median_s'] / sp2['timings'][l]['median_s']:.2f}x"
-            for l in lengths)]
+            f"{n} tokens {tp2['timings'][n]['median_s'] / sp2['timings'][n]['median_s']:.2f}x"
+            for n in lengths)]
     return "\n".join(lines) + "\n"
 
 

@@ -55,7 +55,8 @@ def part_bytes() -> int:
     last call's extras (unpack.sh, the hashes, ours, the Arctic sdist)."""
     files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
                            check=True, capture_output=True).stdout.split(b"\0")
-    tree = sum((ROOT / f.decode()).stat().st_size for f in files if f and (ROOT / f.decode()).is_file())
+    tree = sum((ROOT / f.decode()).stat().st_size for f in files
+               if f and (ROOT / f.decode()).is_file())
     size = (64 << 20) - tree - (2 << 20)
     if size < 16 << 20:
         raise SystemExit(f"stage.py: the working tree is {tree >> 20} MiB: too little of a "
@@ -78,7 +79,8 @@ def resplit(out: Path) -> None:
 def main(out: Path) -> None:
     official = CACHE / "downloads" / f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
     ours = ROOT / "dist" / f"vllm-{VERSION}+sp-cp38-abi3-manylinux_2_28_x86_64.whl"
-    for whl, how in ((official, "./build.sh --device cuda downloads it"), (ours, "./build.sh --device cuda")):
+    for whl, how in ((official, "./build.sh --device cuda downloads it"),
+                     (ours, "./build.sh --device cuda")):
         if not whl.exists():
             sys.exit(f"stage.py: {whl} is missing: {how}")
     subprocess.run([str(ROOT.parent / "shared" / "gpu-host" / "stage.sh"), str(official), str(out)],
@@ -99,9 +101,10 @@ def main(out: Path) -> None:
         info.size = len(listing)
         tar.addfile(info, io.BytesIO(listing))
     sys.path.insert(0, str(ROOT / "scripts"))
-    from build import fetch          # pip download through the tools venv, checked against the pin
+    from build import fetch  # pip download through the tools venv, checked against the pin
     name, filename, sha = ARCTIC
-    sdist = fetch(name, filename, {filename: sha}, CACHE, ROOT / "patches" / f"v{VERSION}", sdist=True)
+    sdist = fetch(name, filename, {filename: sha}, CACHE, ROOT / "patches" / f"v{VERSION}",
+                  sdist=True)
     shutil.copy(sdist, out / filename)
     print(f"stage.py: ours = official + {len(changed)} changed/added files - {len(deleted)} "
           f"deleted -> {buf} ({buf.stat().st_size // 1024} KiB)")

@@ -108,7 +108,6 @@ def load_trace(path: Path) -> dict:
 def child(layout: str, shape: str, device: str, out: Path, prefill: int, decode: int) -> None:
     """One layout in this process: a prefill step and a decode step."""
     from run import write_model
-
     from vllm import LLM, SamplingParams
 
     model = write_model(out / "model", shape)
@@ -234,7 +233,8 @@ def main() -> None:
                "--decode", str(args.decode)]
         with open(args.out / f"{layout}.log", "w") as log:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-        print(f"step_profile.py: {layout} exit {rc} (log {args.out / (layout + '.log')})", flush=True)
+        print(f"step_profile.py: {layout} exit {rc} (log {args.out / (layout + '.log')})",
+              flush=True)
     print(report(args.out))
 
 

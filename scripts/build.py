@@ -81,13 +81,14 @@ def read_lock(version_dir: Path) -> dict[str, str]:
 
 def pip_failure_reason(output: str) -> str:
     text = output.lower()
-    if re.search(r"could not fetch url [^\n]*(connection|timed out|resolve|unreachable|ssl)", text) \
+    if re.search(r"could not fetch url [^\n]*"
+                 r"(connection|timed out|resolve|unreachable|ssl)", text) \
             or any(s in text for s in ("network is unreachable", "name resolution",
                                        "failed to establish a new connection")):
         return "no network: the package index cannot be reached"
     if "no matching distribution" in text or "could not find a version" in text:
         return "not on the package index"
-    lines = [l for l in output.strip().splitlines() if l.startswith("ERROR")]
+    lines = [line for line in output.strip().splitlines() if line.startswith("ERROR")]
     return lines[-1].strip() if lines else "pip failed"
 
 
@@ -133,7 +134,8 @@ def fetch(name: str, filename: str, lock: dict[str, str], cache: Path,
                     "--python-version", "3.12", "--implementation", "cp"]
         proc = run(pip + [f"{name}=={version}"], env=env, check=False)
         if proc.returncode != 0 or not path.exists():
-            raise BuildError(f"cannot download {name}=={version}: {pip_failure_reason(proc.stdout)}")
+            raise BuildError(f"cannot download {name}=={version}: "
+                             f"{pip_failure_reason(proc.stdout)}")
     want = lock.get(filename)
     if want is None and record is not None:
         record[filename] = sha256_file(path)
@@ -290,7 +292,8 @@ def copy_raw(src: zipfile.ZipFile, dst: zipfile.ZipFile, info: zipfile.ZipInfo) 
     build take minutes.  The bytes (and so their hashes) stay the same."""
     src.fp.seek(info.header_offset)
     header = src.fp.read(zipfile.sizeFileHeader)
-    name_len, extra_len = int.from_bytes(header[26:28], "little"), int.from_bytes(header[28:30], "little")
+    name_len, extra_len = (int.from_bytes(header[26:28], "little"),
+                           int.from_bytes(header[28:30], "little"))
     src.fp.seek(info.header_offset + zipfile.sizeFileHeader + name_len + extra_len)
     data = src.fp.read(info.compress_size)
     new = zipfile.ZipInfo(info.filename, info.date_time)
@@ -361,7 +364,8 @@ def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path) ->
     records: list[tuple[str, str, int]] = []
     new_info = f"vllm-{full}.dist-info"
     with zipfile.ZipFile(base) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
-        old_info = next(n.split("/")[0] for n in src.namelist() if n.split("/")[0].endswith(".dist-info"))
+        old_info = next(n.split("/")[0] for n in src.namelist()
+                        if n.split("/")[0].endswith(".dist-info"))
         for info in src.infolist():
             name = info.filename
             if name.endswith("/") or name.startswith(old_info + "/"):
@@ -446,7 +450,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--install", metavar="VENV", type=Path,
                     help="pip-install the wheel into this venv (created if missing)")
     ap.add_argument("--cache", type=Path,
-                    default=Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp")),
+                    default=Path(os.environ.get("VLLM_SP_CACHE",
+                                                Path.home() / ".cache" / "vllm-sp")),
                     help="download cache (default: $VLLM_SP_CACHE or ~/.cache/vllm-sp)")
     ap.add_argument("--patches-dir", type=Path, default=ROOT / "patches",
                     help="holds v<version>/{series,SHA256SUMS,*.patch} (default: patches/)")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 
@@ -32,7 +32,7 @@ def module_file(tree: Path, module: str) -> Path | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _top_names(path: Path) -> tuple[frozenset[str], bool]:
     """Names a module defines at its top level; True if it may define
     more than it shows (module __getattr__, star import)."""
@@ -47,7 +47,8 @@ def _top_names(path: Path) -> tuple[frozenset[str], bool]:
             elif isinstance(node, ast.Assign):
                 for t in node.targets:
                     names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            elif (isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                  and isinstance(node.target, ast.Name)):
                 names.add(node.target.id)
             elif isinstance(node, ast.Import):
                 names.update((a.asname or a.name).split(".")[0] for a in node.names)
@@ -97,7 +98,8 @@ def optional_imports(src: ast.AST) -> set[int]:
                 h.type is None or any(isinstance(n, ast.Name) and n.id in OPTIONAL
                                       for n in ast.walk(h.type)) for h in node.handlers):
             for stmt in node.body:
-                out.update(id(n) for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom)))
+                out.update(id(n) for n in ast.walk(stmt)
+                           if isinstance(n, (ast.Import, ast.ImportFrom)))
     return out
 
 

@@ -19,9 +19,10 @@ Per patch the tool says ``clean`` (the patch file applies as it is),
 ``merged`` (3-way merge needed, no conflict), ``empty`` (upstream already
 has the change: dropped), ``conflict`` (stopped; the files are named) or
 ``resolved`` (a conflict resolved by hand before ``--continue``).  It
-replays the newest series under patches/ (``--from`` to choose another).  At the end it exports ``patches/v<new>/`` (patch headers,
-slugs and the series' grouping comments kept, files numbered by place,
-SHA256SUMS of the downloads recorded) and checks the overlay against the new tree
+replays the newest series under patches/ (``--from`` to choose another).
+At the end it exports ``patches/v<new>/`` (patch headers, slugs and the
+series' grouping comments kept, files numbered by place, SHA256SUMS of the
+downloads recorded) and checks the overlay against the new tree
 (scripts/overlay_check.py): every ``vllm.*`` name the overlay and the patched
 files import must exist there.
 """
@@ -39,6 +40,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build as b  # noqa: E402
+
+# isort: split
 import overlay_check  # noqa: E402
 
 WORK = b.ROOT / "build" / "rebase"     # --work-dir
@@ -130,9 +133,11 @@ def start(new: str, cur: str, cache: Path, report: bool) -> dict:
     tree = tree.rename(WORK / "tree")       # holds both releases
     b.git(tree, "tag", f"pristine-{cur}", "pristine")
     b.git(tree, "tag", "-d", "pristine")
-    todo = b.git(tree, "rev-list", "--reverse", f"pristine-{cur}..patched", merge=False).stdout.split()
-    names = [re.search(r"^Patch: (\S+)$", b.git(tree, "log", "-1", "--format=%B", c,
-                                                 merge=False).stdout, flags=re.M).group(1) + ".patch"
+    todo = b.git(tree, "rev-list", "--reverse", f"pristine-{cur}..patched",
+                 merge=False).stdout.split()
+    names = [re.search(r"^Patch: (\S+)$",
+                       b.git(tree, "log", "-1", "--format=%B", c, merge=False).stdout,
+                       flags=re.M).group(1) + ".patch"
              for c in todo]
     unpack_onto(tree, new_sdist, new)
     log(f"work tree {tree}: {len(todo)} patches of {cur} onto pristine {new}")
@@ -270,7 +275,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--overlay-dir", type=Path, default=OVERLAY)
     ap.add_argument("--work-dir", type=Path, default=WORK)
     ap.add_argument("--cache", type=Path,
-                    default=Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp")))
+                    default=Path(os.environ.get("VLLM_SP_CACHE",
+                                                Path.home() / ".cache" / "vllm-sp")))
     args = ap.parse_args(argv)
     WORK, PATCHES, OVERLAY = (args.work_dir.resolve(), args.patches_dir.resolve(),
                               args.overlay_dir.resolve())

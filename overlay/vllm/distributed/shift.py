@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
-
 from vllm.distributed import ulysses
 from vllm.logger import init_logger
 
@@ -246,7 +246,9 @@ def share_weights(sp_model: torch.nn.Module, full: torch.nn.Module) -> int:
     shard."""
     from vllm.model_executor.layers.linear import RowParallelLinear, UnquantizedLinearMethod
     from vllm.model_executor.layers.vocab_parallel_embedding import (
-        UnquantizedEmbeddingMethod, VocabParallelEmbedding)
+        UnquantizedEmbeddingMethod,
+        VocabParallelEmbedding,
+    )
 
     sp, rank = ulysses.sp_size(), ulysses.sp_rank()
     sp_modules = dict(sp_model.named_modules())

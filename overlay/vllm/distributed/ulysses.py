@@ -39,13 +39,13 @@ off (see ``verify_config``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
@@ -290,7 +290,8 @@ class AttentionPlan:
     group: Any
 
     @classmethod
-    def maybe_create(cls, num_heads: int, num_kv_heads: int, attn_type: Any) -> AttentionPlan | None:
+    def maybe_create(cls, num_heads: int, num_kv_heads: int,
+                     attn_type: Any) -> AttentionPlan | None:
         if sp_size() == 1:
             return None
         from vllm.v1.attention.backend import AttentionType
