@@ -40,8 +40,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build as b  # noqa: E402
-
-# isort: split
 import overlay_check  # noqa: E402
 
 WORK = b.ROOT / "build" / "rebase"     # --work-dir
