@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from harness.engine import cpu_env
+from harness.engine import KV_CACHE_BYTES, cpu_env
 from harness.net import free_port
 
 
@@ -40,7 +40,8 @@ def serve_nodes(model: Path, servers: list[list[str]], log: Path, ranks: int,
     started together (they wait for each other), each on its own port
     (logs: ``<log>``, ``<log>.server<j>``); yields their base URLs."""
     env = {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
-    cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
+    cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+           "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
     ports = [free_port() for _ in servers]
     # The head (servers[0]) starts last, so it is stopped first (reversed
     # below): stopping, it tells the others to stop.
