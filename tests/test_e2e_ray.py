@@ -6,8 +6,9 @@ to TP=1.
 Both Ray executors: RayExecutorV2 (vLLM 0.26's default: Ray actors, the
 multiprocessing executor's message queues) and the compiled-graph executor
 (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0), whose DAG feeds each PP stage's TP x SP
-ranks (patch 0016).  On CPU each rank's placement-group bundle holds one of
-the CPUs Ray counts (patch 0014); Ray is told 4 so that 4 ranks fit on a
+ranks (patch ray-executors-count-sp-ranks).  On CPU each rank's
+placement-group bundle holds one of the CPUs Ray counts (patch
+platform-cpu-runs-ray-executors); Ray is told 4 so that 4 ranks fit on a
 2-core machine, where they share cores as under the multiprocessing executor.
 
 PP=2 x SP=2 on V2 runs in test_e2e_ray_nodes, across two Ray nodes (the

@@ -7,8 +7,9 @@ PP=2 x SP=2 across the two nodes (SP inside each) on RayExecutorV2 equals
 TP=1 (this is also the suite's PP x SP run on V2: test_e2e_ray runs the
 other Ray layouts on one node); a TP x SP group that the placement group
 had to split across the nodes is refused before any model is loaded, with
-the bytes its all-to-alls would send (patch 0017).  Each node offers Ray 2
-CPUs, so a 4-rank engine fills both."""
+the bytes its all-to-alls would send (patch
+ray-executors-keep-sp-groups-on-a-node).  Each node offers Ray 2 CPUs, so
+a 4-rank engine fills both."""
 
 from __future__ import annotations
 

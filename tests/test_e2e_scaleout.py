@@ -90,8 +90,9 @@ def test_two_nodes(llama, served_ref, tmp_path, axis):
     second `--headless`), SP=2 inside each node and PP=2 (`--nnodes 2
     --node-rank R`) or DP=2 (`--data-parallel-size-local 1
     --data-parallel-start-rank R`) across them: concurrent greedy
-    completions equal TP=1's.  PP across nodes needs patch 0013 (a node's
-    ranks are its launch's ranks per node, not its device count)."""
+    completions equal TP=1's.  PP across nodes needs patch
+    executor-node-ranks-by-local-world-size (a node's ranks are its
+    launch's ranks per node, not its device count)."""
     head, other = two_nodes(axis)
     with serve(llama, head + SERVE_ARGS, tmp_path / "server.log", ranks=4,
                headless=[other + SERVE_ARGS]) as base:

@@ -126,7 +126,8 @@ def test_groups_must_stay_within_a_node(llama, monkeypatch):
 
 def test_ray_placement_must_keep_groups_within_a_node(llama, monkeypatch):
     """The Ray executors' check on where the placement group put each rank
-    (patch 0017): TP x SP groups are consecutive ranks."""
+    (patch ray-executors-keep-sp-groups-on-a-node): TP x SP groups are
+    consecutive ranks."""
     from vllm.distributed import ulysses
 
     pp_sp = engine_config(llama, sequence_parallel_size=2, pipeline_parallel_size=2,
