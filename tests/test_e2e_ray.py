@@ -1,7 +1,7 @@
 """Ulysses SP on vLLM's Ray executors, on the real CPU engine: a local Ray
 head on loopback (started for this module, `ray stop` after:
-harness.ray), engines with `distributed_executor_backend="ray"`, each equal
-to TP=1.
+harness.ray_cluster), engines with `distributed_executor_backend="ray"`,
+each equal to TP=1.
 
 Both Ray executors: RayExecutorV2 (vLLM 0.26's default: Ray actors, the
 multiprocessing executor's message queues) and the compiled-graph executor
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 from harness.compare import assert_same
-from harness.ray import LOOPBACK, check_ray_ranks, ray_nodes
+from harness.ray_cluster import LOOPBACK, check_ray_ranks, ray_nodes
 from harness.workload import check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,7 @@ import re
 
 import pytest
 from harness.compare import assert_same
-from harness.ray import check_ray_ranks, ray_nodes
+from harness.ray_cluster import check_ray_ranks, ray_nodes
 from harness.workload import check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ conftest's fixtures by name).
 * ``compare``  - token and logprob comparison between two runs; transformers
   as an oracle
 * ``server``, ``client`` - `vllm serve` on loopback and an OpenAI-API client
-* ``ray``      - a Ray cluster on loopback for the Ray executor tests
+* ``ray_cluster`` - a Ray cluster on loopback for the Ray executor tests
 * ``gloo``     - ranks of the patched process groups for unit tests
 * ``config``   - engine configs and the CLI-reject check without an engine
 * ``net``      - free loopback ports

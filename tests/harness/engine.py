@@ -148,4 +148,8 @@ def _shift_report(worker) -> dict:
 
 
 if __name__ == "__main__":
+    # Run as a script, this directory heads sys.path: drop it, so that no
+    # harness module (server, config, ...) shadows a package vLLM imports.
+    if sys.path and Path(sys.path[0]).resolve() == HERE:
+        sys.path.pop(0)
     _child(json.loads(sys.argv[1]))

@@ -1,6 +1,5 @@
 """Where the tests find the repository, the release under test and the
-download cache (conftest's fixtures and the build and rebase tests share
-them)."""
+download cache (the workload, the build and the rebase tests share them)."""
 
 from __future__ import annotations
 
