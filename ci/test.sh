@@ -9,6 +9,7 @@
 # venv: $TEST_VENV (default .venv-cpu, or .venv-cpu-<ver> for another release)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source ci/stage.sh
 pin=$(cat VLLM_VERSION)
 version=$pin
 if [[ ${1:-} == --version ]]; then
@@ -17,17 +18,16 @@ if [[ ${1:-} == --version ]]; then
 fi
 if [[ $version == "$pin" ]]; then
   venv=${TEST_VENV:-.venv-cpu}
-  ./build.sh --device cuda
+  stage "build: CUDA wheel $version" ./build.sh --device cuda
 else
   venv=${TEST_VENV:-.venv-cpu-$version}
 fi
-./build.sh --device cpu --version "$version" --install "$venv"
-"$venv/bin/python" -m pip install -q -r tests/requirements.txt
+stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" --install "$venv"
+stage "build: test requirements $version" "$venv/bin/python" -m pip install -q -r tests/requirements.txt
 
-set +e
-SP_VLLM_VERSION=$version "$venv/bin/python" -m pytest tests -v -rA --durations=15 "$@"
-rc=$?
-set -e
+rc=0
+SP_VLLM_VERSION=$version stage "tests: vLLM $version${*:+ ($*)}" \
+  "$venv/bin/python" -m pytest tests -v -rA --durations=15 "$@" || rc=$?
 if [[ $rc -eq 5 ]]; then
   echo "ci/test.sh: pytest collected no tests: that is a failure" >&2
   exit 1

@@ -1,5 +1,7 @@
 """Shared fixtures.  Tests run inside the venv that holds our CPU wheel
 (``ci/test.sh`` makes it); the build tests also read ``build/`` and ``dist/``.
+Test modules import only ``harness`` (this directory is put on sys.path for
+it) and get these fixtures by name.
 """
 
 from __future__ import annotations
@@ -10,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-# The release under test: the pin, or another one ci/test.sh --version built.
-VERSION = os.environ.get("SP_VLLM_VERSION") or (REPO / "VLLM_VERSION").read_text().strip()
-CACHE = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import workload  # noqa: E402
+from harness.models import make_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,19 +31,32 @@ def models_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def llama(models_dir):
     """The Llama of the SP and Shift e2e tests (8 heads, 2 KV heads)."""
-    from harness.models import make_model
-
     return make_model(models_dir, "llama", heads=8, kv_heads=2)
 
 
 @pytest.fixture(scope="session")
 def llama_ref(llama):
-    """TP=1 on test_e2e_sp's workload: the reference every layout equals."""
-    from test_e2e_sp import check_prefix_cache, run
-
-    r = run(llama)
-    check_prefix_cache(r)
+    """TP=1 on the shared workload (harness.workload): the vLLM reference
+    every Llama layout equals, and the anchor that ties vLLM to transformers
+    (test_tp1_matches_transformers)."""
+    r = workload.run(llama)
+    workload.check_prefix_cache(r)
     return r
+
+
+@pytest.fixture(scope="session")
+def family_ref():
+    """model directory -> the workload in transformers (harness.workload.
+    reference), computed once per session: the reference of the other
+    families, shared by the SP and Shift tests."""
+    cache = {}
+
+    def get(model):
+        if model not in cache:
+            cache[model] = workload.reference(model)
+        return cache[model]
+
+    return get
 
 
 def pytest_configure(config):

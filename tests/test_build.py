@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CACHE, REPO, VERSION
+from harness.repo import CACHE, REPO, VERSION
 
 VERSION_DIR = REPO / "patches" / f"v{VERSION}"
 TREE = REPO / "build" / f"vllm-{VERSION}"

@@ -1,8 +1,8 @@
 """The detokenizer primes its decode stream with a tail of the prompt, not
 all of it (patch detokenizer-prime-with-prompt-tail, overlay
-vllm/v1/engine/prompt_tail.py): priming with a
-whole 8k prompt cost ~21 ms of every long request's first token on the GPU
-host (docs/benchmarks/h200-1gpu-run3/), and SP's TTFT lead shrinks by as much.
+vllm/v1/engine/prompt_tail.py): priming with a whole 8k prompt cost ~21 ms
+of every long request's first token on the GPU host
+(benchmarks/results/2026-11-24-1gpu-sp1-ttft-split/), and SP's TTFT lead shrinks by as much.
 
 The spec: the streamed text is exactly what priming with the whole prompt
 gives, token by token, for the decoder families real models use -- byte-level

@@ -1,6 +1,7 @@
 """Ulysses SP on vLLM's Ray executors, on the real CPU engine: a local Ray
-head on loopback (started for this module, `ray stop` after), engines with
-`distributed_executor_backend="ray"`, each equal to TP=1.
+head on loopback (started for this module, `ray stop` after:
+harness.ray_cluster), engines with `distributed_executor_backend="ray"`,
+each equal to TP=1.
 
 Both Ray executors: RayExecutorV2 (vLLM 0.26's default: Ray actors, the
 multiprocessing executor's message queues) and the compiled-graph executor
@@ -10,96 +11,19 @@ placement-group bundle holds one of the CPUs Ray counts (patch
 platform-cpu-runs-ray-executors); Ray is told 4 so that 4 ranks fit on a
 2-core machine, where they share cores as under the multiprocessing executor.
 
-Loopback only: Ray turns 127.0.0.1 into the machine's routable address
-unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (its local-only mode), which the
-head, the engine and its Ray workers all get; vLLM's own sockets follow
-VLLM_HOST_IP.
-
-Ray stops its workers with ray.kill, which runs no exit handlers: the
-shared-memory segments of their CPU all-reduce and message queues stay in
-/dev/shm (upstream's, with or without SP).  The fixture removes the ones
-that appeared while it ran and that no process maps."""
+PP=2 x SP=2 on V2 runs in test_e2e_ray_nodes, across two Ray nodes (the
+same executor and layout, with the node placement on top)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-from contextlib import contextmanager
-from pathlib import Path
-
 import pytest
 from harness.compare import assert_same
-from harness.server import free_port
-from test_e2e_sp import check_prefix_cache, run
+from harness.ray_cluster import LOOPBACK, check_ray_ranks, ray_nodes
+from harness.workload import check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "VLLM_HOST_IP": "127.0.0.1",
-            "RAY_USAGE_STATS_ENABLED": "0"}
-# Ray folds workers' log lines that differ only in numbers (and then tags
-# them with one of the workers).
-NO_DEDUP = {"RAY_DEDUP_LOGS": "0"}
 RAY_CPUS = 4
-SHM = Path("/dev/shm")
-
-
-def _mapped_shm() -> set[str]:
-    """Names under /dev/shm that some live process maps."""
-    names = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            text = maps.read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if " /dev/shm/" in line:
-                names.add(line.split(" /dev/shm/", 1)[1].split(" (deleted)")[0])
-    return names
-
-
-def _remove_leaked_shm(before: set[str]) -> list[str]:
-    if not SHM.is_dir():
-        return []
-    leaked = sorted(n for n in set(os.listdir(SHM)) - before - _mapped_shm()
-                    if n.startswith(("psm_", "sem.")) or "-cpushm_" in n)
-    for name in leaked:
-        (SHM / name).unlink(missing_ok=True)
-    return leaked
-
-
-@contextmanager
-def ray_nodes(*nodes: tuple[str, int], env: dict[str, str]):
-    """A Ray cluster of `nodes` (address, CPUs), the first its head, all
-    on this machine; `ray stop` after (it stops every Ray process of the
-    machine: a test run starts no other)."""
-    ray = str(Path(sys.executable).with_name("ray"))
-    # Short: Ray's socket paths under it must fit a unix socket's 107 bytes.
-    tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    port = free_port()
-    extra, env = env, {**os.environ, **env, "TORCHDYNAMO_DISABLE": "1"}
-    before = set(os.listdir(SHM)) if SHM.is_dir() else set()
-    head, cpus = nodes[0]
-    commands = [["--head", "--node-ip-address", head, "--port", str(port), "--temp-dir", tmp,
-                 "--include-dashboard=false", "--ray-client-server-port", str(free_port()),
-                 "--num-cpus", str(cpus)]]
-    commands += [["--address", f"{head}:{port}", "--node-ip-address", ip, "--num-cpus", str(n)]
-                 for ip, n in nodes[1:]]
-    try:
-        for args in commands:
-            started = subprocess.run([ray, "start", *args, "--disable-usage-stats"], env=env,
-                                     text=True, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, timeout=120)
-            assert started.returncode == 0, started.stdout[-3000:]
-            assert args[args.index("--node-ip-address") + 1] in started.stdout, started.stdout[-3000:]
-        yield {"RAY_ADDRESS": f"{head}:{port}", **extra, **NO_DEDUP}
-    finally:
-        subprocess.run([ray, "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=120)
-        shutil.rmtree(tmp, ignore_errors=True)
-        _remove_leaked_shm(before)
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +34,10 @@ def ray_cluster():
 
 
 # The heaviest layouts, no duplicates: TP x SP (the full-TP group's order)
-# and PP x SP on V2, the default; PP x SP on the compiled-graph executor,
-# whose DAG is built per stage.  (Plain SP=2 is inside both.)
+# on V2, the default; PP x SP on the compiled-graph executor, whose DAG is
+# built per stage.  (Plain SP=2 is inside both.)
 @pytest.mark.parametrize("executor,tp,sp,pp", [
     pytest.param("v2", 2, 2, 1, marks=pytest.mark.core),
-    ("v2", 1, 2, 2),
     ("compiled-graph", 1, 2, 2),
 ])
 def test_sp_on_ray(llama, llama_ref, ray_cluster, executor, tp, sp, pp):
@@ -122,10 +45,6 @@ def test_sp_on_ray(llama, llama_ref, ray_cluster, executor, tp, sp, pp):
            "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1" if executor == "v2" else "0"}
     got = run(llama, tp=tp, sp=sp, pipeline_parallel_size=pp,
               distributed_executor_backend="ray", env=env)
-    # The ranks were Ray actors of the executor asked for, with SP groups.
-    actor = "RayWorkerProc" if executor == "v2" else "RayWorkerWrapper"
-    sp_line = f"Ulysses SP: rank 0 is SP rank 0 of {sp}, full-TP rank 0 of {tp * sp}"
-    assert any(f"({actor} pid=" in line and sp_line in line
-               for line in got.log.splitlines()), got.log[-3000:]
+    check_ray_ranks(got.log, "RayWorkerProc" if executor == "v2" else "RayWorkerWrapper", tp, sp)
     assert_same(llama_ref, got, what=f"Ray ({executor}) PP={pp} x TP={tp} x SP={sp} vs TP=1")
     check_prefix_cache(got)

@@ -3,11 +3,13 @@ nodes are raylets with their own addresses (127.0.0.2 and 127.0.0.3, both
 loopback), and vLLM's Ray executor places ranks by Ray's node ids, so its
 layout logic runs exactly as across machines (the bytes go over loopback).
 
-PP=2 x SP=2 across the two nodes (SP inside each) equals TP=1; a TP x SP
-group that the placement group had to split across the nodes is refused
-before any model is loaded, with the bytes its all-to-alls would send
-(patch ray-executors-keep-sp-groups-on-a-node).  Each node offers Ray 2 CPUs,
-so a 4-rank engine fills both."""
+PP=2 x SP=2 across the two nodes (SP inside each) on RayExecutorV2 equals
+TP=1 (this is also the suite's PP x SP run on V2: test_e2e_ray runs the
+other Ray layouts on one node); a TP x SP group that the placement group
+had to split across the nodes is refused before any model is loaded, with
+the bytes its all-to-alls would send (patch
+ray-executors-keep-sp-groups-on-a-node).  Each node offers Ray 2 CPUs, so
+a 4-rank engine fills both."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import re
 
 import pytest
 from harness.compare import assert_same
-from test_e2e_ray import ray_nodes
-from test_e2e_sp import check_prefix_cache, run
+from harness.ray_cluster import check_ray_ranks, ray_nodes
+from harness.workload import check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +37,8 @@ def two_nodes():
 
 def test_pp_across_nodes_sp_within(llama, llama_ref, two_nodes):
     got = run(llama, sp=2, pipeline_parallel_size=2, distributed_executor_backend="ray",
-              env=two_nodes)
+              env={**two_nodes, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"})
+    check_ray_ranks(got.log, "RayWorkerProc", tp=1, sp=2)
     # Local ranks count a node's ranks (V2 numbers them per Ray node id):
     # ranks 2, 3 start again at 0 on the second node.  (Ray's log prefixes
     # cannot tell: both nodes' log monitors read this machine's worker logs.)

@@ -1,9 +1,10 @@
 """Ulysses SP next to vLLM's own scale-out axes on the real CPU engine:
-pipeline parallelism (SP inside each stage), data parallelism through
-`vllm serve -dp 2 -sp 2` (each replica a TP x SP group, requests spread
-over both), and vLLM's multi-node launch with two node ranks on loopback
-(SP inside a node, PP or DP across nodes, and hybrid DP load balancing),
-each equal to TP=1.
+pipeline parallelism (SP inside each stage), and data parallelism through
+vLLM's multi-node launch with two node ranks on loopback (SP inside a node,
+PP or DP across nodes, and hybrid DP load balancing, where each node is a
+`vllm serve -dp 2 -sp 2` spreading requests over its two TP x SP replicas),
+each equal to TP=1.  The servers' reference is transformers' greedy tokens
+and logprobs (TP=1 equals transformers: test_e2e_sp).
 
 Between pipeline stages the intermediate tensors carry the whole padded
 step, not this SP rank's slice: the model wrapper gathers a stage's output
@@ -16,11 +17,11 @@ import concurrent.futures as cf
 import json
 
 import pytest
-from harness.compare import assert_same
-from harness.engine import run_engine
 from harness.client import post, samples
-from harness.server import free_port, serve, serve_nodes
-from test_e2e_sp import PROMPTS, check_prefix_cache, run
+from harness.compare import assert_same, hf_run
+from harness.net import free_port
+from harness.server import serve, serve_nodes
+from harness.workload import PROMPTS, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
@@ -40,8 +41,8 @@ SERVE_ARGS = ["--max-model-len", "512", "--enforce-eager", "--dtype", "float32",
 
 @pytest.fixture(scope="module")
 def served_ref(llama):
-    """TP=1 offline on SERVED: the tokens and logprobs every server must give."""
-    return run_engine(llama, SERVED, max_tokens=8, prompt_logprobs=False)
+    """SERVED in transformers: the tokens and logprobs every server must give."""
+    return hf_run(llama, [SERVED], max_tokens=8, prompt_logprobs=False)
 
 
 def complete_all(base: str, model) -> tuple[list[list[int]], list[list[float]]]:
@@ -70,18 +71,6 @@ def assert_served_like(ref, tokens, logprobs, what):
     assert worst <= 2e-3, f"{what}: logprobs differ by {worst:.1e}"
 
 
-def test_data_parallel_server(llama, served_ref, tmp_path):
-    """`vllm serve -dp 2 -sp 2` (internal load balancing, 4 ranks): ten
-    concurrent greedy completions equal TP=1's, and both replicas served."""
-    with serve(llama, ["-dp", "2", "-sp", "2", *SERVE_ARGS], tmp_path / "server.log",
-               ranks=4) as base:
-        tokens, logprobs = complete_all(base, llama)
-        served = served_per_engine(base)
-    assert_served_like(served_ref, tokens, logprobs, "-dp 2 -sp 2 vs TP=1")
-    assert set(served) == {"0", "1"} and all(served.values()), served
-    assert sum(served.values()) == len(SERVED), served
-
-
 def two_nodes(axis: str) -> tuple[list[str], list[str]]:
     """The head's and the second node's `vllm serve` arguments for two
     node ranks on loopback, SP=2 inside each node."""
@@ -102,14 +91,14 @@ def test_two_nodes(llama, served_ref, tmp_path, axis):
     --node-rank R`) or DP=2 (`--data-parallel-size-local 1
     --data-parallel-start-rank R`) across them: concurrent greedy
     completions equal TP=1's.  PP across nodes needs patch
-    executor-node-ranks-by-local-world-size (a node's ranks are its launch's
-    ranks per node, not its device count)."""
+    executor-node-ranks-by-local-world-size (a node's ranks are its
+    launch's ranks per node, not its device count)."""
     head, other = two_nodes(axis)
     with serve(llama, head + SERVE_ARGS, tmp_path / "server.log", ranks=4,
                headless=[other + SERVE_ARGS]) as base:
         tokens, logprobs = complete_all(base, llama)
         served = served_per_engine(base)
-    assert_served_like(served_ref, tokens, logprobs, f"two nodes, {axis.upper()}=2 x SP=2 vs TP=1")
+    assert_served_like(served_ref, tokens, logprobs, f"two nodes, {axis.upper()}=2 x SP=2 vs the reference")
     if axis == "dp":
         assert set(served) == {"0", "1"} and all(served.values()), served
 
@@ -117,8 +106,10 @@ def test_two_nodes(llama, served_ref, tmp_path, axis):
 def test_hybrid_load_balancing(llama, served_ref, tmp_path):
     """vLLM's hybrid DP load balancing (`--data-parallel-hybrid-lb`): DP=4
     over two node ranks on loopback, two SP=2 replicas per node, each node
-    its own API server spreading requests over its local replicas (8 ranks).
-    Both servers answer like TP=1, and each only from its own replicas.
+    its own API server spreading requests over its local replicas (8 ranks):
+    each node is the single-node `vllm serve -dp 2 -sp 2` with internal load
+    balancing, plus the DP ranks of a second node.  Both servers answer like
+    TP=1, each from both of its own replicas and from no other.
     (External load balancing, one server per replica, is refused by vLLM
     0.26 for dense models: its advice is independent servers.)"""
     common = ["-dp", "4", "-sp", "2", "--data-parallel-hybrid-lb",
@@ -129,5 +120,6 @@ def test_hybrid_load_balancing(llama, served_ref, tmp_path):
         for base, replicas in zip(bases, [{"0", "1"}, {"2", "3"}]):
             tokens, logprobs = complete_all(base, llama)
             served = served_per_engine(base)
-            assert_served_like(served_ref, tokens, logprobs, f"hybrid LB via {base} vs TP=1")
+            assert_served_like(served_ref, tokens, logprobs, f"hybrid LB via {base} vs the reference")
             assert set(served) == replicas and all(served.values()), served
+            assert sum(served.values()) == len(SERVED), served

@@ -1,6 +1,6 @@
 """The OpenAI-compatible server started with `-sp 2 --shift-parallel` (CPU
 engine; prefills run in SP, decodes in full TP): a completion that equals
-the offline TP=1 engine's greedy output, a streamed chat completion, the
+transformers' greedy output (as TP=1's: test_e2e_sp), a streamed chat completion, the
 per-mode step counters on /metrics, a bad request that fails alone while
 the server keeps serving, and a soak of ~100 mixed requests with client
 cancellations."""
@@ -13,8 +13,7 @@ import urllib.error
 
 import pytest
 from harness.client import Soak, post, run_soak, samples
-from harness.engine import run_engine
-from harness.models import make_model
+from harness.compare import hf_greedy
 from harness.server import serve
 
 pytestmark = pytest.mark.e2e
@@ -23,8 +22,8 @@ THRESHOLD = 8
 
 
 @pytest.fixture(scope="module")
-def model(models_dir):
-    return make_model(models_dir, "llama", heads=8, kv_heads=2)
+def model(llama):
+    return llama
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +74,7 @@ def test_metrics_count_steps_per_mode(server, model):
                      ("steps", "full_tp"): 4, ("tokens", "full_tp"): 4}, delta
 
 
-def test_completion_matches_offline_tp1(server, model):
+def test_completion_matches_transformers(server, model):
     from transformers import AutoTokenizer
 
     base, _ = server
@@ -86,8 +85,8 @@ def test_completion_matches_offline_tp1(server, model):
     assert body["usage"]["completion_tokens"] == 6
     tok = AutoTokenizer.from_pretrained(model)
     ids = tok(prompt)["input_ids"]
-    ref = run_engine(model, [ids], max_tokens=6, prompt_logprobs=False)
-    assert body["choices"][0]["text"].split() == tok.decode(ref.tokens[0]).split()
+    ref = hf_greedy(model, [ids], 6)
+    assert body["choices"][0]["text"].split() == tok.decode(ref[0]).split()
 
 
 def test_streamed_chat(server, model):

@@ -2,7 +2,7 @@
 whatever mode each step runs in, greedy tokens and prompt logprobs equal
 TP=1's, and both models use one KV cache.
 
-The workload is test_e2e_sp's: prompts of odd lengths, one longer than the
+The workload is the SP tests' (harness.workload): prompts of odd lengths, one longer than the
 64-token step budget (chunked prefill over three steps, mixed with the
 others' decodes), and a second round that hits the prefix cache.  With a
 threshold of 8 the prefill and mixed steps run in SP and the decode steps
@@ -15,9 +15,10 @@ meant to exercise really ran.
 from __future__ import annotations
 
 import pytest
-from harness.compare import assert_same
+from harness.compare import assert_same, hf_run
 from harness.engine import run_engine
-from test_e2e_sp import ENGINE, LONG, check_prefix_cache, run
+from harness.models import make_model
+from harness.workload import ENGINE, LONG, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
@@ -69,10 +70,12 @@ def test_forced_sp(llama):
     apart, so the last decode steps carry 1-2 tokens and rightly run in
     full TP (seen once in CI)."""
     prompts = [p[:40] for p in (LONG, LONG[40:], LONG[80:], LONG[100:])]
-    kw = dict(ENGINE, max_num_batched_tokens=256, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
-    ref = run_engine(llama, prompts, **kw)
-    got = run_engine(llama, prompts, sp=2, shift_parallel=True, shift_parallel_threshold=1, **kw)
-    assert_same(ref, got, what="shift, all steps SP, vs TP=1")
+    got = run_engine(llama, prompts, sp=2, shift_parallel=True, shift_parallel_threshold=1,
+                     **{**ENGINE, "max_num_batched_tokens": 256},
+                     env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    # TP=1 equals transformers (test_e2e_sp): the reference without an engine.
+    ref = hf_run(llama, [prompts], ENGINE["max_tokens"])
+    assert_same(ref, got, what="shift, all steps SP, vs transformers")
     check_shift_run(got, 2)
     assert served(got, "full_tp") == [0, 0] and min(served(got, "sp")) >= 10, got.shift
 
@@ -94,13 +97,13 @@ def test_compiled_with_inductor(llama, llama_ref, tmp_path):
     assert len(models) == 2, models
 
 
-def test_moe(models_dir):
+def test_moe(models_dir, family_ref):
     """Qwen3-MoE: the full-TP model's MoE layers are found by name through
-    its own layer table (the forward context is switched with the mode)."""
-    from harness.models import make_model
-
+    its own layer table (the forward context is switched with the mode).
+    The reference is test_e2e_sp's for this model (transformers)."""
     model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
     got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8)
-    assert_same(run(model), got, what="Qwen3-MoE shift vs TP=1")
+    assert_same(family_ref(model), got, what="Qwen3-MoE shift vs transformers")
+    check_prefix_cache(got)
     check_shift_run(got, 2)
     assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift

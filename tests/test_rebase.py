@@ -16,11 +16,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from harness.repo import REPO, VERSION, script_module
 
 REBASE = REPO / "scripts" / "rebase.py"
-sys.path.insert(0, str(REPO / "scripts"))
-import overlay_check  # noqa: E402
+overlay_check = script_module("overlay_check")
 
 OLD = {"vllm/__init__.py": "",
        "vllm/config.py": "A = 1\nB = 2\n\n\ndef f():\n    return A\n",
@@ -191,8 +190,6 @@ def test_overlay_check_finds_moved_names(tmp_path):
 def test_overlay_check_passes_on_the_pinned_tree():
     """The checker reads our real overlay and patched files cleanly on the
     release they were written for (so a finding on another release is news)."""
-    from conftest import VERSION
-
     tree = REPO / "build" / f"vllm-{VERSION}"
     if not (tree / ".git").exists():
         pytest.fail(f"no {tree}: run ./build.sh first")

@@ -5,18 +5,8 @@ choice)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from harness.models import make_model
-from test_ulysses_config import engine_config, error_line
-
-
-@pytest.fixture(scope="module")
-def llama(models_dir):
-    return make_model(models_dir, "llama", heads=8, kv_heads=2)
+from harness.config import cli_rejects, engine_config, error_line
 
 
 def test_cli_flags_and_help():
@@ -111,13 +101,7 @@ def test_padding_never_crosses_the_threshold(llama, sp, threshold):
     assert shift.step_stats(engine_config(llama, sequence_parallel_size=sp), 5) is None
 
 
-def test_cli_rejects_before_starting_workers(llama):
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
-    proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(llama),
-                           "--shift-parallel", "--max-model-len", "256", "--enforce-eager",
-                           "--skip-tokenizer-init"],
-                          capture_output=True, text=True, timeout=180, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+def test_cli_rejects_shift_without_sp(llama):
+    """`vllm serve --shift-parallel` without SP exits before any worker starts."""
+    out = cli_rejects(llama, ["--shift-parallel"])
     assert "it needs --sequence-parallel-size > 1" in out, out[-3000:]
-    assert "Worker" not in out and "EngineCore" not in out, "workers must not start"

@@ -10,28 +10,17 @@ the plain tensors, so the e2e tests never share weights; on GPUs they do."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
-from test_ulysses_unit import free_port
+from harness.gloo import run_ranks
 
-WORKER = textwrap.dedent('''
-    import sys, torch
-    rank, world, tp, sp, port = map(int, sys.argv[1:6])
-    from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import parallel_state as ps, shift, ulysses
+# Each rank's checks, after harness.gloo's prologue built its groups.
+BODY = '''
+    from vllm.distributed import shift
     from vllm.distributed.communication_op import tensor_model_parallel_all_reduce
     from vllm.distributed.communication_op import tensor_model_parallel_all_gather
     from vllm.model_executor.layers.linear import RowParallelLinear
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-    cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=tp,
-                     sequence_parallel_size=sp, distributed_executor_backend="mp"))
     with set_current_vllm_config(cfg):
-        ps.init_distributed_environment(world, rank, f"tcp://127.0.0.1:{port}", rank, "gloo")
-        ps.initialize_model_parallel(tp, 1, backend="gloo")
         t, s = ps.get_tensor_model_parallel_rank(), ulysses.sp_rank()
         full_rank = ulysses.get_full_tp_group().rank_in_group
         # the full-TP view: TP is the full-TP group, SP is gone
@@ -74,22 +63,9 @@ WORKER = textwrap.dedent('''
     with ulysses.as_full_tp():
         logits = tensor_model_parallel_all_gather(x @ full_head.weight.T)
     torch.testing.assert_close(logits, x @ E.T, rtol=1e-5, atol=1e-5)
-    ps.destroy_model_parallel()
-    print("worker-ok", rank, flush=True)
-''')
+'''
 
 
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
 def test_row_parallel_weights_shared_across_layouts(tmp_path, tp, sp):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    world, port = tp * sp, free_port()
-    # (the CPU engine names its shared-memory groups by VLLM_DIST_IDENT; so do we)
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", OMP_NUM_THREADS="1",
-               VLLM_DIST_IDENT=f"shift-unit-{port}")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(tp), str(sp),
-                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=env) for r in range(world)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"worker-ok {r}" in out, out[-3000:]
+    run_ranks(BODY, tmp_path, tp, sp)

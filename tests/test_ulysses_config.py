@@ -5,31 +5,10 @@ names the fix where it does not."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from harness.config import cli_rejects, engine_config, error_line
 from harness.models import make_model
-
-
-@pytest.fixture(scope="module")
-def llama(models_dir):
-    return make_model(models_dir, "llama", heads=8, kv_heads=2)
-
-
-def engine_config(model, **kw):
-    from vllm.engine.arg_utils import EngineArgs
-
-    kw.setdefault("max_model_len", 256)
-    return EngineArgs(model=str(model), skip_tokenizer_init=True, enforce_eager=True,
-                      **kw).create_engine_config()
-
-
-def error_line(excinfo, needle: str) -> str:
-    lines = [l for l in str(excinfo.value).splitlines() if needle in l]
-    assert lines, str(excinfo.value)
-    return lines[0]
 
 
 def test_cli_flag_and_help():
@@ -147,7 +126,8 @@ def test_groups_must_stay_within_a_node(llama, monkeypatch):
 
 def test_ray_placement_must_keep_groups_within_a_node(llama, monkeypatch):
     """The Ray executors' check on where the placement group put each rank
-    (patch ray-executors-keep-sp-groups-on-a-node): TP x SP groups are consecutive ranks."""
+    (patch ray-executors-keep-sp-groups-on-a-node): TP x SP groups are
+    consecutive ranks."""
     from vllm.distributed import ulysses
 
     pp_sp = engine_config(llama, sequence_parallel_size=2, pipeline_parallel_size=2,
@@ -215,14 +195,7 @@ def test_encoder_decoder_rejected(tmp_path):
     assert "encoder-decoder" in text or "not supported" in text.lower() or "architecture" in text.lower(), text
 
 
-def test_cli_rejects_before_starting_workers(llama):
+def test_cli_rejects_sp_not_dividing_the_heads(llama):
     """`vllm serve` with an impossible layout exits quickly, naming the fix."""
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
-    proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(llama),
-                           "-sp", "3", "--max-model-len", "256", "--enforce-eager",
-                           "--skip-tokenizer-init"],
-                          capture_output=True, text=True, timeout=180, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    out = cli_rejects(llama, ["-sp", "3"])
     assert "not divisible by tensor_parallel_size*sequence_parallel_size=1*3" in out, out[-3000:]
-    assert "Worker" not in out and "EngineCore" not in out, "workers must not start"

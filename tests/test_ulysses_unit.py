@@ -5,15 +5,11 @@ under gloo against a single-process reference, and config validation."""
 from __future__ import annotations
 
 import itertools
-import os
-import socket
-import subprocess
-import sys
-import textwrap
 from types import SimpleNamespace
 
 import pytest
 import torch
+from harness.gloo import run_ranks
 
 # ------------------------------------------------------------------ layout
 
@@ -113,16 +109,8 @@ def test_local_head_counts_rejects(heads, kv, sp, msg):
 
 # ------------------------------------------------------------------ exchange
 
-WORKER = textwrap.dedent('''
-    import os, sys, torch
-    rank, world, tp, sp, port = map(int, sys.argv[1:6])
-    from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import parallel_state as ps, ulysses
-    cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=tp,
-                     sequence_parallel_size=sp, distributed_executor_backend="mp"))
-    with set_current_vllm_config(cfg):
-        ps.init_distributed_environment(world, rank, f"tcp://127.0.0.1:{port}", rank, "gloo")
-        ps.initialize_model_parallel(tp, 1, backend="gloo")
+# Each rank's checks, after harness.gloo's prologue built its groups.
+BODY = '''
     group = ulysses.get_sp_group()
     s, t = ulysses.sp_rank(), ps.get_tensor_model_parallel_rank()
     assert group.world_size == sp and ulysses.get_full_tp_group().rank_in_group == t * sp + s
@@ -153,15 +141,7 @@ WORKER = textwrap.dedent('''
     assert padded % sp == 0 and padded - T < sp
     x = torch.arange(padded * 3, dtype=torch.float32).reshape(padded, 3)
     assert torch.equal(ulysses.gather_tokens(ulysses.shard_tokens(x)), x)
-    ps.destroy_model_parallel()
-    print("worker-ok", rank, flush=True)
-''')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+'''
 
 
 def test_exchange_op_takes_contiguous_input_from_inductor():
@@ -177,16 +157,7 @@ def test_exchange_op_takes_contiguous_input_from_inductor():
 
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2), (1, 4)])
 def test_all_to_all_matches_reference(tmp_path, tp, sp):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    world, port = tp * sp, free_port()
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(tp), str(sp),
-                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=env) for r in range(world)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"worker-ok {r}" in out, out[-3000:]
+    run_ranks(BODY, tmp_path, tp, sp)
 
 
 def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):

@@ -1,6 +1,16 @@
-"""End-to-end harness shared by the build, Ulysses and Shift tests.
+"""What the tests share; test modules import only this package (and get
+conftest's fixtures by name).
 
-* ``models``  - tiny random Hugging Face checkpoints made on the fly (no hub)
-* ``engine``  - runs a real vLLM engine in a subprocess and returns its outputs
-* ``compare`` - token and logprob comparison between two runs
+* ``repo``     - the repository, the release under test, the download cache
+* ``models``   - tiny random Hugging Face checkpoints made on the fly (no hub)
+* ``engine``   - runs a real vLLM engine in a subprocess and returns its outputs
+* ``workload`` - the offline workload every equivalence test runs, on vLLM or
+  in transformers (the reference of a family)
+* ``compare``  - token and logprob comparison between two runs; transformers
+  as an oracle
+* ``server``, ``client`` - `vllm serve` on loopback and an OpenAI-API client
+* ``ray_cluster`` - a Ray cluster on loopback for the Ray executor tests
+* ``gloo``     - ranks of the patched process groups for unit tests
+* ``config``   - engine configs and the CLI-reject check without an engine
+* ``net``      - free loopback ports
 """

@@ -30,20 +30,53 @@ def assert_same(ref: Run, got: Run, *, atol: float = 2e-3, what: str = "") -> No
     assert diff <= atol, f"{what}: max logprob difference {diff:.2e} > {atol:.0e}"
 
 
-def hf_greedy(model_dir, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
-    """Greedy tokens from Hugging Face transformers: an oracle that shares no
-    code with vLLM."""
+def _hf_model(model_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
-    model.eval()
-    out = []
+    return model.eval()
+
+
+def _hf_generate(model, p: list[int], max_tokens: int) -> list[int]:
+    import torch
+
+    ids = torch.tensor([p])
+    gen = model.generate(ids, attention_mask=torch.ones_like(ids),
+                         max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                         do_sample=False, pad_token_id=0, eos_token_id=None)
+    return gen[0, len(p):].tolist()
+
+
+def hf_greedy(model_dir, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Greedy tokens from Hugging Face transformers: an oracle that shares no
+    code with vLLM."""
+    import torch
+
+    model = _hf_model(model_dir)
     with torch.no_grad():
-        for p in prompts:
-            ids = torch.tensor([p])
-            gen = model.generate(ids, attention_mask=torch.ones_like(ids),
-                                 max_new_tokens=max_tokens, min_new_tokens=max_tokens,
-                                 do_sample=False, pad_token_id=0, eos_token_id=None)
-            out.append(gen[0, len(p):].tolist())
-    return out
+        return [_hf_generate(model, p, max_tokens) for p in prompts]
+
+
+def hf_run(model_dir, batches: list[list[list[int]]], max_tokens: int,
+           prompt_logprobs: bool = True) -> Run:
+    """``run_engine``'s result computed by transformers: greedy tokens, the
+    logprob of each, and (first batch only, as ``run_engine`` asks) the
+    prompt logprobs, all from one forward pass over prompt + output.  A TP=1
+    vLLM engine started only to be compared with costs a minute of CI; this
+    costs seconds."""
+    import torch
+
+    model = _hf_model(model_dir)
+    tokens, logprobs, plps = [], [], []
+    with torch.no_grad():
+        for b, batch in enumerate(batches):
+            for p in batch:
+                out = _hf_generate(model, p, max_tokens)
+                seq = p + out
+                lp = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), dim=-1)
+                tokens.append(out)
+                logprobs.append([lp[len(p) - 1 + j, t].item() for j, t in enumerate(out)])
+                plps.append([None] + [lp[j - 1, p[j]].item() for j in range(1, len(p))]
+                            if prompt_logprobs and b == 0 else [])
+    return Run(tokens, logprobs, plps)

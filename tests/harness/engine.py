@@ -7,6 +7,11 @@ one JSON document on a line of its own, behind a marker.
 
 CPU specifics (the CI machine): vLLM's CPU worker binds its OpenMP threads
 to cores by rank.  With more ranks than cores, ranks share cores round-robin.
+Each rank's KV cache is ``KV_CACHE_BYTES`` (64 MiB: 64k tokens of the tiny
+models, hundreds of times what a test holds): allocating and zeroing the
+1 GiB that VLLM_CPU_KVCACHE_SPACE=1 (its smallest) asks for took ~3 s of
+each engine's start on the 2-core CI machine, and 1 GiB per rank of its
+memory.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULT = "@@engine-result@@ "
+KV_CACHE_BYTES = 64 << 20
 
 
 @dataclass
@@ -36,7 +42,6 @@ class Run:
 def cpu_env(world: int) -> dict[str, str]:
     cores = os.cpu_count() or 1
     return {
-        "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(world)),
         "TORCHDYNAMO_DISABLE": os.environ.get("TORCHDYNAMO_DISABLE", "1"),
     }
@@ -82,7 +87,8 @@ def _child(spec: dict) -> None:
     from vllm import LLM, SamplingParams
 
     engine = dict(enforce_eager=True, max_model_len=1024, seed=0, dtype="float32",
-                  skip_tokenizer_init=True, enable_prefix_caching=True)
+                  skip_tokenizer_init=True, enable_prefix_caching=True,
+                  kv_cache_memory_bytes=KV_CACHE_BYTES)
     engine.update(spec["engine"])
     if (engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1)
             * engine.get("pipeline_parallel_size", 1)) > 1:
@@ -142,4 +148,8 @@ def _shift_report(worker) -> dict:
 
 
 if __name__ == "__main__":
+    # Run as a script, this directory heads sys.path: drop it, so that no
+    # harness module (server, config, ...) shadows a package vLLM imports.
+    if sys.path and Path(sys.path[0]).resolve() == HERE:
+        sys.path.pop(0)
     _child(json.loads(sys.argv[1]))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,13 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from harness.engine import cpu_env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harness.engine import KV_CACHE_BYTES, cpu_env
+from harness.net import free_port
 
 
 @contextmanager
@@ -46,7 +40,8 @@ def serve_nodes(model: Path, servers: list[list[str]], log: Path, ranks: int,
     started together (they wait for each other), each on its own port
     (logs: ``<log>``, ``<log>.server<j>``); yields their base URLs."""
     env = {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
-    cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
+    cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+           "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
     ports = [free_port() for _ in servers]
     # The head (servers[0]) starts last, so it is stopped first (reversed
     # below): stopping, it tells the others to stop.

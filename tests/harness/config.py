@@ -1,0 +1,37 @@
+"""Engine-config and CLI checks without an engine: what the config tests
+of SP and of Shift share."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def engine_config(model, **kw):
+    from vllm.engine.arg_utils import EngineArgs
+
+    kw.setdefault("max_model_len", 256)
+    return EngineArgs(model=str(model), skip_tokenizer_init=True, enforce_eager=True,
+                      **kw).create_engine_config()
+
+
+def error_line(excinfo, needle: str) -> str:
+    lines = [l for l in str(excinfo.value).splitlines() if needle in l]
+    assert lines, str(excinfo.value)
+    return lines[0]
+
+
+def cli_rejects(model: Path, args: list[str]) -> str:
+    """`vllm serve MODEL ARGS` must exit non-zero before any worker or
+    engine core starts; returns its output for the test's own message check."""
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
+    proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+                           *args, "--max-model-len", "256", "--enforce-eager",
+                           "--skip-tokenizer-init"],
+                          capture_output=True, text=True, timeout=180, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "Worker" not in out and "EngineCore" not in out, "workers must not start"
+    return out

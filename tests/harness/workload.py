@@ -1,0 +1,48 @@
+"""The offline workload every end-to-end equivalence test runs (SP, Shift,
+PP, Ray), so that each layout is judged on the same steps.
+
+Prompts: odd lengths (steps padded to a multiple of SP), one longer than a
+chunk (chunked prefill with a 64-token budget), and later batches that share
+prefixes with the first (prefix caching on; ``check_prefix_cache`` checks the
+hits).
+"""
+
+from __future__ import annotations
+
+import random
+
+from .engine import Run, run_engine
+from .repo import VERSION
+
+rng = random.Random(7)
+LONG = [rng.randrange(3, 500) for _ in range(150)]
+PROMPTS = [[rng.randrange(3, 500) for _ in range(7)], [rng.randrange(3, 500) for _ in range(33)],
+           LONG, [5]]
+THEN = [LONG[:96] + [11, 12, 13, 14, 15, 16, 17, 18, 19],
+        LONG[:64] + [rng.randrange(3, 500) for _ in range(21)]]
+# [LONG] again without prompt logprobs fills the cache that THEN reads.
+BATCHES = [PROMPTS, [LONG], THEN]
+# The smallest block each release's CPU attention takes: vLLM 0.32's needs a
+# multiple of 32, 0.26's sliding-window kernel (Mistral) fails on 32.
+# THEN's shared prefixes (96 and 64 tokens) are whole blocks either way.
+BLOCK = 16 if VERSION == "0.26.0" else 32
+ENGINE = dict(max_num_batched_tokens=64, block_size=BLOCK, max_tokens=10)
+
+
+def run(model, tp=1, sp=1, **kw) -> Run:
+    """The workload on one vLLM layout."""
+    return run_engine(model, BATCHES[0], then=BATCHES[1:], tp=tp, sp=sp, **{**ENGINE, **kw})
+
+
+def check_prefix_cache(r: Run) -> None:
+    assert all(c >= 64 for c in r.cached_tokens[-len(THEN):]), r.cached_tokens
+
+
+def reference(model) -> Run:
+    """The workload in Hugging Face transformers, laid out as ``run``'s
+    result: the reference of a family whose TP=1 vLLM engine would only
+    repeat it (test_e2e_sp's test_tp1_matches_transformers shows TP=1
+    equals transformers)."""
+    from .compare import hf_run
+
+    return hf_run(model, BATCHES, ENGINE["max_tokens"])
