@@ -288,6 +288,7 @@ class AttentionPlan:
     local_kv_heads: int     # KV heads this GPU caches
     kv_repeat: int
     group: Any
+    rank: int               # this GPU's SP rank
 
     @classmethod
     def maybe_create(cls, num_heads: int, num_kv_heads: int,
@@ -301,7 +302,25 @@ class AttentionPlan:
                              f"not {attn_type}")
         _register_ops()
         heads, kv_heads, repeat = local_head_counts(num_heads, num_kv_heads, sp_size())
-        return cls(num_heads, num_kv_heads, heads, kv_heads, repeat, get_sp_group())
+        return cls(num_heads, num_kv_heads, heads, kv_heads, repeat, get_sp_group(), sp_rank())
+
+    def my_q_heads(self, per_head: Any) -> Any:
+        """This GPU's entries of a per-q-head parameter (attention sinks,
+        ALiBi slopes) that the model sized for its TP rank's heads.  The
+        backend attends with ``local_heads`` of them, chunk ``rank`` in
+        the exchange's order -- the heads plain TP over TP*SP puts here,
+        so each head keeps its own value.  A tensor comes back as a view:
+        weights loaded into it later land in it."""
+        if per_head is None:
+            return None
+        if len(per_head) != self.num_heads:
+            raise ValueError(f"a per-head attention parameter has {len(per_head)} entries for "
+                             f"{self.num_heads} heads per TP rank; sequence parallelism "
+                             f"cannot split it")
+        start = self.rank * self.local_heads
+        if isinstance(per_head, torch.Tensor):
+            return per_head.narrow(0, start, self.local_heads)
+        return per_head[start:start + self.local_heads]
 
     def forward(self, attend: Callable, query: torch.Tensor, key: torch.Tensor | None,
                 value: torch.Tensor | None, output_shape: torch.Size | None,
