@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from harness.repo import CACHE, REPO, VERSION
 
 VERSION_DIR = REPO / "patches" / f"v{VERSION}"
@@ -27,8 +28,9 @@ def build(*args, env=None, **kw) -> subprocess.CompletedProcess:
 
 
 def series() -> list[str]:
-    return [l.split("#")[0].strip() for l in (VERSION_DIR / "series").read_text().splitlines()
-            if l.split("#")[0].strip()]
+    return [line.split("#")[0].strip()
+            for line in (VERSION_DIR / "series").read_text().splitlines()
+            if line.split("#")[0].strip()]
 
 
 def wheel_path(flavor: str) -> Path:
@@ -40,7 +42,8 @@ def wheel_path(flavor: str) -> Path:
 
 
 def official_wheel(flavor: str) -> Path:
-    return CACHE / "downloads" / f"{FLAVORS[flavor][0]}-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    return CACHE / "downloads" / (f"{FLAVORS[flavor][0]}-{VERSION}"
+                                   "-cp38-abi3-manylinux_2_28_x86_64.whl")
 
 
 # ------------------------------------------------------------------ series
@@ -144,8 +147,8 @@ def test_wheel_is_patched_tree_plus_official_binaries(flavor):
 def test_installed_wheel_reports_local_tag():
     code = ("import vllm, importlib.metadata as m; from packaging.specifiers import SpecifierSet;"
             "from vllm.platforms import current_platform as p;"
-            "v = m.version('vllm'); print(vllm.__version__, v, v in SpecifierSet('==%s'), "
-            "p.is_cpu(), vllm.__file__)" % VERSION)
+            f"v = m.version('vllm'); print(vllm.__version__, v, v in SpecifierSet('=={VERSION}'), "
+            "p.is_cpu(), vllm.__file__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
     assert out.returncode == 0, out.stderr
@@ -202,7 +205,8 @@ def test_patch_that_does_not_apply_names_patch_and_file(tmp_path):
     (vdir / bad).write_text(
         "Broken on purpose.\nIts context matches nothing in the file.\n\n"
         "diff --git a/vllm/envs.py b/vllm/envs.py\n--- a/vllm/envs.py\n+++ b/vllm/envs.py\n"
-        "@@ -1,3 +1,3 @@\n no such line one\n-no such line two\n+replacement\n no such line three\n")
+        "@@ -1,3 +1,3 @@\n no such line one\n-no such line two\n+replacement\n"
+        " no such line three\n")
     with open(vdir / "series", "a") as f:
         f.write(bad + "\n")
     line = one_line_error(build("--tree-only", "--patches-dir", str(tmp_path / "patches"),

@@ -46,7 +46,8 @@ def byte_level() -> Tokenizer:
 def metaspace_byte_fallback() -> Tokenizer:
     tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
     tok.normalizer = normalizers.Replace(" ", "▁")
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
+                                                 split=False)
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
                                      decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     bytes_ = [f"<0x{b:02X}>" for b in range(256)]
@@ -56,8 +57,8 @@ def metaspace_byte_fallback() -> Tokenizer:
 
 
 def word_piece() -> Tokenizer:
-    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(200)] + [f"##p{i}" for i in range(50)] \
-        + [".", ",", "'s", "?"]
+    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(200)] \
+        + [f"##p{i}" for i in range(50)] + [".", ",", "'s", "?"]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")
@@ -67,7 +68,6 @@ def word_piece() -> Tokenizer:
 @pytest.mark.parametrize("make", [byte_level, metaspace_byte_fallback, word_piece])
 def test_first_tokens_read_the_same_after_the_tail_as_after_the_whole_prompt(make, monkeypatch):
     from transformers import PreTrainedTokenizerFast
-
     from vllm.sampling_params import SamplingParams
     from vllm.v1.engine import detokenizer as detok
     from vllm.v1.engine import prompt_tail as pt
@@ -103,7 +103,8 @@ def test_first_tokens_read_the_same_after_the_tail_as_after_the_whole_prompt(mak
                     assert ours.output_text == whole.output_text, (make.__name__, n, skip, out)
             checked["leaking prompt" if leaks else "exact"] += 1
             if n == 500 and case % 2 == 0:     # long text: primed with a short tail
-                checked["short tail"] += len(pt.prompt_tail(hf._tokenizer, prompt, skip)) <= 2 * tail
+                checked["short tail"] += \
+                    len(pt.prompt_tail(hf._tokenizer, prompt, skip)) <= 2 * tail
     assert checked["exact"] + checked["leaking prompt"] == 300
     assert checked["exact"] >= 100, checked
     if make is not word_piece:     # (its vocabulary reads the corpus as <unk>: no clean tail)

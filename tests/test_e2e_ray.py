@@ -17,6 +17,7 @@ same executor and layout, with the node placement on top)."""
 from __future__ import annotations
 
 import pytest
+
 from harness.compare import assert_same
 from harness.ray_cluster import LOOPBACK, check_ray_ranks, ray_nodes
 from harness.workload import check_prefix_cache, run

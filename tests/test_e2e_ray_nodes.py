@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from harness.compare import assert_same
 from harness.ray_cluster import check_ray_ranks, ray_nodes
 from harness.workload import check_prefix_cache, run
@@ -53,7 +54,7 @@ def test_sp_group_split_across_nodes_refused(llama, two_nodes, executor):
     env = {**two_nodes, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1" if executor == "v2" else "0"}
     with pytest.raises(RuntimeError) as excinfo:
         run(llama, tp=2, sp=2, distributed_executor_backend="ray", env=env, timeout=300)
-    lines = [l for l in str(excinfo.value).splitlines()
-             if "Ray placed the TP x SP group 0 (4 ranks each) on more than one node" in l]
+    lines = [line for line in str(excinfo.value).splitlines()
+             if "Ray placed the TP x SP group 0 (4 ranks each) on more than one node" in line]
     assert lines and "VLLM_SP_ALLOW_CROSS_NODE=1" in lines[0], str(excinfo.value)[-3000:]
     assert "Loading weights" not in str(excinfo.value)

@@ -17,6 +17,7 @@ import concurrent.futures as cf
 import json
 
 import pytest
+
 from harness.client import post, samples
 from harness.compare import assert_same, hf_run
 from harness.net import free_port
@@ -98,7 +99,8 @@ def test_two_nodes(llama, served_ref, tmp_path, axis):
                headless=[other + SERVE_ARGS]) as base:
         tokens, logprobs = complete_all(base, llama)
         served = served_per_engine(base)
-    assert_served_like(served_ref, tokens, logprobs, f"two nodes, {axis.upper()}=2 x SP=2 vs the reference")
+    assert_served_like(served_ref, tokens, logprobs,
+                       f"two nodes, {axis.upper()}=2 x SP=2 vs the reference")
     if axis == "dp":
         assert set(served) == {"0", "1"} and all(served.values()), served
 
@@ -120,6 +122,7 @@ def test_hybrid_load_balancing(llama, served_ref, tmp_path):
         for base, replicas in zip(bases, [{"0", "1"}, {"2", "3"}]):
             tokens, logprobs = complete_all(base, llama)
             served = served_per_engine(base)
-            assert_served_like(served_ref, tokens, logprobs, f"hybrid LB via {base} vs the reference")
+            assert_served_like(served_ref, tokens, logprobs,
+                               f"hybrid LB via {base} vs the reference")
             assert set(served) == replicas and all(served.values()), served
             assert sum(served.values()) == len(SERVED), served

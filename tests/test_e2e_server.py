@@ -12,6 +12,7 @@ import time
 import urllib.error
 
 import pytest
+
 from harness.client import Soak, post, run_soak, samples
 from harness.compare import hf_greedy
 from harness.server import serve

@@ -15,6 +15,7 @@ meant to exercise really ran.
 from __future__ import annotations
 
 import pytest
+
 from harness.compare import assert_same, hf_run
 from harness.engine import run_engine
 from harness.models import make_model

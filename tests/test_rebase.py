@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from harness.repo import REPO, VERSION, script_module
 
 REBASE = REPO / "scripts" / "rebase.py"

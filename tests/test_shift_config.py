@@ -6,6 +6,7 @@ choice)."""
 from __future__ import annotations
 
 import pytest
+
 from harness.config import cli_rejects, engine_config, error_line
 
 

@@ -11,6 +11,7 @@ the plain tensors, so the e2e tests never share weights; on GPUs they do."""
 from __future__ import annotations
 
 import pytest
+
 from harness.gloo import run_ranks
 
 # Each rank's checks, after harness.gloo's prologue built its groups.
@@ -44,7 +45,8 @@ BODY = '''
     saved = shift.share_weights(sp_layer, full_layer)
     k = I // (tp * sp)
     assert saved == O * k * 4, saved
-    assert full_layer.weight.untyped_storage().data_ptr() == sp_layer.weight.untyped_storage().data_ptr()
+    assert full_layer.weight.untyped_storage().data_ptr() \
+        == sp_layer.weight.untyped_storage().data_ptr()
     assert torch.equal(full_layer.weight, W[:, full_rank * k:(full_rank + 1) * k])
     with ulysses.as_full_tp():
         y = tensor_model_parallel_all_reduce(
@@ -58,7 +60,8 @@ BODY = '''
     saved = shift.share_weights(sp_head, full_head)
     r = V // (tp * sp)
     assert saved == r * I * 4, saved
-    assert full_head.weight.untyped_storage().data_ptr() == sp_head.weight.untyped_storage().data_ptr()
+    assert full_head.weight.untyped_storage().data_ptr() \
+        == sp_head.weight.untyped_storage().data_ptr()
     assert torch.equal(full_head.weight, E[full_rank * r:(full_rank + 1) * r])
     with ulysses.as_full_tp():
         logits = tensor_model_parallel_all_gather(x @ full_head.weight.T)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from harness.config import cli_rejects, engine_config, error_line
 from harness.models import make_model
 
@@ -19,7 +20,8 @@ def test_cli_flag_and_help():
     args = parser.parse_args(["--model", "m", "-sp", "2", "-tp", "2"])
     ea = EngineArgs.from_cli_args(args)
     assert (ea.sequence_parallel_size, ea.tensor_parallel_size) == (2, 2)
-    assert parser.parse_args(["--model", "m", "--sequence-parallel-size", "4"]).sequence_parallel_size == 4
+    assert parser.parse_args(["--model", "m", "--sequence-parallel-size", "4"]) \
+        .sequence_parallel_size == 4
     action = next(a for a in parser._actions if "--sequence-parallel-size" in a.option_strings)
     assert "-sp" in action.option_strings
     # Help text comes from the field's docstring, as for every other flag
@@ -89,15 +91,19 @@ def test_graphs_cover_sp_times_upstreams_tokens_per_step(llama):
 
 
 @pytest.mark.parametrize("kw,needle", [
-    (dict(sequence_parallel_size=3), "not divisible by tensor_parallel_size*sequence_parallel_size=1*3"),
-    (dict(tensor_parallel_size=4, sequence_parallel_size=4), "not divisible by tensor_parallel_size*sequence_parallel_size=4*4"),
+    (dict(sequence_parallel_size=3),
+     "not divisible by tensor_parallel_size*sequence_parallel_size=1*3"),
+    (dict(tensor_parallel_size=4, sequence_parallel_size=4),
+     "not divisible by tensor_parallel_size*sequence_parallel_size=4*4"),
     (dict(tensor_parallel_size=2, decode_context_parallel_size=2, sequence_parallel_size=2),
      "cannot be combined with prefill/decode context parallelism"),
     (dict(prefill_context_parallel_size=2, sequence_parallel_size=2),
      "cannot be combined with prefill/decode context parallelism"),
-    (dict(sequence_parallel_size=2, enable_expert_parallel=True), "does not support expert parallelism"),
+    (dict(sequence_parallel_size=2, enable_expert_parallel=True),
+     "does not support expert parallelism"),
     (dict(sequence_parallel_size=2, data_parallel_backend="ray"), "Ray data-parallel backend"),
-    (dict(sequence_parallel_size=2, max_num_batched_tokens=63), "must be a multiple of sequence_parallel_size=2"),
+    (dict(sequence_parallel_size=2, max_num_batched_tokens=63),
+     "must be a multiple of sequence_parallel_size=2"),
 ])
 def test_bad_layouts_rejected(llama, kw, needle):
     with pytest.raises(Exception) as excinfo:
@@ -192,7 +198,8 @@ def test_encoder_decoder_rejected(tmp_path):
         engine_config(model, sequence_parallel_size=2)
     text = str(excinfo.value)
     # vLLM may reject the architecture itself first; either way SP never starts.
-    assert "encoder-decoder" in text or "not supported" in text.lower() or "architecture" in text.lower(), text
+    assert "encoder-decoder" in text or "not supported" in text.lower() \
+        or "architecture" in text.lower(), text
 
 
 def test_cli_rejects_sp_not_dividing_the_heads(llama):

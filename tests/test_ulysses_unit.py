@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from harness.gloo import run_ranks
 
 # ------------------------------------------------------------------ layout
@@ -65,7 +66,8 @@ def test_rank_layout(monkeypatch, dp, pp, sp, tp):
     for name, size, same in [("tp", tp, (0, 1, 2)), ("sp", sp, (0, 1, 3)), ("pp", pp, (0, 2, 3)),
                              ("dp", dp, (1, 2, 3)), ("full_tp", sp * tp, (0, 1))]:
         gs = groups[name]
-        assert sorted(itertools.chain(*gs)) == list(range(world)), f"{name} must partition the world"
+        assert sorted(itertools.chain(*gs)) == list(range(world)), \
+            f"{name} must partition the world"
         assert all(len(g) == size for g in gs), name
         for g in gs:  # members differ only along their own axis
             assert len({tuple(c[r][i] for i in same) for r in g}) == 1, (name, g)
@@ -119,7 +121,8 @@ BODY = '''
     for H, KV, T in [(8, 4, 12), (8, 2, 8), (8, 1, 16), (4, 4, 4)]:
         hq, hkv = H // tp, max(1, KV // tp)          # heads of this TP rank
         n = T // sp
-        g = torch.Generator().manual_seed(1000 * H + 10 * KV + t)   # same on the SP ranks of a TP rank
+        # same on the SP ranks of a TP rank
+        g = torch.Generator().manual_seed(1000 * H + 10 * KV + t)
         q_all, k_all, v_all = (torch.randn(T, h * D, generator=g) for h in (hq, hkv, hkv))
         rows = slice(s * n, (s + 1) * n)
         lh, lkv, rep = ulysses.local_head_counts(hq, hkv, sp)

@@ -11,9 +11,9 @@ import random
 import re
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Callable
 
 
 def post(url: str, body: dict, timeout: float = 120):
@@ -64,7 +64,8 @@ class Soak:
     timeout_s: float = 600                # one request
 
 
-def soak_request(base: str, model: str, soak: Soak, i: int, rng: random.Random) -> tuple[str, int, int]:
+def soak_request(base: str, model: str, soak: Soak, i: int,
+                 rng: random.Random) -> tuple[str, int, int]:
     """(kind, tokens asked, tokens received) of request i."""
     prompt = " ".join(soak.word(rng.randrange(*soak.vocab))
                       for _ in range(rng.randrange(*soak.prompt_words)))
@@ -121,7 +122,8 @@ def run_soak(base: str, model: str, soak: Soak, seed: int = 0) -> dict:
     healthy = urllib.request.urlopen(base + "/health", timeout=30).status == 200
     deadline = time.time() + 60                          # aborts reach the engine asynchronously
     while True:
-        left = (metric(base, "vllm:num_requests_running"), metric(base, "vllm:num_requests_waiting"),
+        left = (metric(base, "vllm:num_requests_running"),
+                metric(base, "vllm:num_requests_waiting"),
                 metric(base, "vllm:kv_cache_usage_perc"))
         if left == (0, 0, 0) or time.time() > deadline:
             break

@@ -18,7 +18,7 @@ def engine_config(model, **kw):
 
 
 def error_line(excinfo, needle: str) -> str:
-    lines = [l for l in str(excinfo.value).splitlines() if needle in l]
+    lines = [line for line in str(excinfo.value).splitlines() if needle in line]
     assert lines, str(excinfo.value)
     return lines[0]
 

@@ -72,7 +72,7 @@ def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 
                           env=env, text=True, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, timeout=timeout)
     out = proc.stdout
-    found = [l for l in out.splitlines() if l.startswith(RESULT)]
+    found = [line for line in out.splitlines() if line.startswith(RESULT)]
     if proc.returncode != 0 or not found:
         raise RuntimeError(f"engine run failed (rc={proc.returncode}, tp={tp}, sp={sp}):\n"
                            + out[-6000:])
@@ -137,7 +137,8 @@ def _shift_report(worker) -> dict:
 
     sp_layers = worker.model_runner.compilation_config.static_forward_context
     full_layers = shift._STATE.layers
-    names = [n for n, l in sp_layers.items() if hasattr(l, "kv_cache") and n in full_layers]
+    names = [n for n, layer in sp_layers.items()
+             if hasattr(layer, "kv_cache") and n in full_layers]
     return {
         "calls": shift.step_counts(),
         "layers": len(names),

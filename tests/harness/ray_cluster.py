@@ -79,7 +79,8 @@ def ray_nodes(*nodes: tuple[str, int], env: dict[str, str]):
                                      text=True, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, timeout=120)
             assert started.returncode == 0, started.stdout[-3000:]
-            assert args[args.index("--node-ip-address") + 1] in started.stdout, started.stdout[-3000:]
+            assert args[args.index("--node-ip-address") + 1] in started.stdout, \
+                started.stdout[-3000:]
         yield {"RAY_ADDRESS": f"{head}:{port}", **extra, **NO_DEDUP}
     finally:
         subprocess.run([ray, "stop", "--force"], env=env, stdout=subprocess.DEVNULL,

@@ -12,11 +12,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+
 from harness.engine import KV_CACHE_BYTES, cpu_env
 from harness.net import free_port
 
