@@ -5,9 +5,10 @@ with vLLM).
 
 The Llama layouts are compared with a TP=1 vLLM engine (the ``llama_ref``
 fixture); the other model families (KV-head counts, Qwen3, Qwen2, Mistral,
-Qwen3-MoE) with transformers run on the same workload (``family_ref``):
+Qwen3-MoE, Bloom) with transformers run on the same workload (``family_ref``):
 TP=1 equals transformers, so a second vLLM engine per family would only
-repeat it, at a minute of CI each.
+repeat it, at a minute of CI each.  GPT-OSS runs in bfloat16 on the CPU
+engine, where transformers is no close reference: its TP=1 engine is.
 
 SP=2 compiled with Inductor runs in test_e2e_shift (its prefill steps run
 the SP model's compiled graphs, with the exchange op inside).
@@ -21,6 +22,7 @@ hits are checked).
 from __future__ import annotations
 
 import pytest
+
 from harness.compare import assert_same, hf_greedy
 from harness.models import make_model
 from harness.workload import BATCHES, ENGINE, check_prefix_cache, run
@@ -84,4 +86,28 @@ def test_qwen3_moe(models_dir, family_ref):
     model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
     got = run(model, sp=2)
     assert_same(family_ref(model), got, what="Qwen3-MoE SP=2 vs transformers")
+    check_prefix_cache(got)
+
+
+def test_alibi_slopes_follow_their_heads(models_dir, family_ref):
+    """Bloom: one ALiBi slope per head.  Each SP rank must attend with its
+    own heads' slopes (chunk sp_rank of its TP rank's), as plain TP over
+    TP*SP would; with the TP rank's first slopes SP rank 1 computes other
+    scores and the tokens differ."""
+    model = make_model(models_dir, "bloom", heads=8, kv_heads=8, hidden=256)
+    got = run(model, sp=2)
+    assert_same(family_ref(model), got, what="Bloom SP=2 vs transformers")
+    check_prefix_cache(got)
+
+
+def test_attention_sinks_follow_their_heads(models_dir):
+    """GPT-OSS: a learned sink per head, sliding and full layers, MoE.  The
+    attention backend takes one sink per head it attends with; each SP rank
+    gets its heads' sinks.  vLLM's CPU kernels run GPT-OSS in bfloat16 only,
+    so the reference is vLLM's TP=1 in bfloat16 (SP computes every product
+    in TP=1's order, so the two agree as closely as in float32)."""
+    model = make_model(models_dir, "gpt_oss", heads=8, kv_heads=4, dtype="bfloat16")
+    ref = run(model, dtype="bfloat16")
+    got = run(model, sp=2, dtype="bfloat16")
+    assert_same(ref, got, what="GPT-OSS SP=2 vs TP=1")
     check_prefix_cache(got)

@@ -64,6 +64,21 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
                                           moe_intermediate_size=intermediate // 2,
                                           decoder_sparse_step=1, norm_topk_prob=True)
         cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "bloom":
+        # ALiBi instead of rotary positions, one slope per head; no GQA.
+        assert kv_heads == heads and hidden == heads * head_dim, "Bloom: MHA, hidden/heads"
+        cfg = transformers.BloomConfig(vocab_size=VOCAB, hidden_size=hidden, n_layer=layers,
+                                       n_head=heads, bos_token_id=1, eos_token_id=2)
+        # (vLLM's Bloom ties the LM head to the embeddings, as Bloom does.)
+        cls = transformers.BloomForCausalLM
+    elif arch == "gpt_oss":
+        # Learned attention sinks, one per head; sliding and full layers
+        # alternating (the window shorter than the workload's long prompt); MoE.
+        cfg = transformers.GptOssConfig(**common, num_local_experts=experts,
+                                        num_experts_per_tok=2, sliding_window=16,
+                                        layer_types=["sliding_attention", "full_attention"]
+                                        * (layers // 2))
+        cls = transformers.GptOssForCausalLM
     else:
         raise ValueError(f"unknown arch {arch}")
     torch.manual_seed(seed)
@@ -71,9 +86,11 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     # A wider init than the default keeps logits well separated, so greedy
     # argmax is not decided by float rounding.
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.dim() >= 2:
                 p.normal_(0.0, 0.08)
+            elif name.endswith("sinks"):      # one per head, far apart: a head
+                p.normal_(0.0, 2.0)           # given another's sink changes the output
     tmp = path.with_suffix(".tmp")
     model.save_pretrained(tmp, safe_serialization=True)
     cfg_json = json.loads((tmp / "config.json").read_text())
