@@ -182,7 +182,8 @@ def test_mla_rejected(tmp_path):
     model = write_config(tmp_path / "dsv2", cfg)
     with pytest.raises(Exception) as excinfo:
         engine_config(model, sequence_parallel_size=2)
-    error_line(excinfo, "does not support MLA attention")
+    line = error_line(excinfo, "does not support MLA attention")
+    assert "--prefill-context-parallel-size" in line, line
 
 
 def test_encoder_decoder_rejected(tmp_path):

@@ -452,7 +452,9 @@ def verify_config(config: VllmConfig) -> None:
     what = f"{mc.architecture}"
     if mc.use_mla:
         raise ValueError(f"sequence_parallel_size > 1 does not support MLA attention ({what}); "
-                         "use -sp 1 (PCP/DCP serve MLA models)")
+                         "use -sp 1, and for long prompts vLLM's context parallelism, which "
+                         "serves MLA models: --prefill-context-parallel-size / "
+                         "--decode-context-parallel-size")
     if mc.is_encoder_decoder:
         raise ValueError(f"sequence_parallel_size > 1 does not support encoder-decoder models "
                          f"({what}); use -sp 1")
