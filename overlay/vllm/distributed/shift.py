@@ -92,6 +92,11 @@ def effective_threshold(pc: ParallelConfig) -> int:
 
 def validate_parallel_config(pc: ParallelConfig) -> None:
     """Checks that need no model.  Raises ValueError with a one-line fix."""
+    if _BUILDING:
+        # The full-TP model's own config (SP folded into TP, shift still on:
+        # see _full_tp_config), re-validated when a multimodal model builds
+        # its language model from a copy of it.
+        return
     threshold = pc.shift_parallel_threshold
     if not pc.shift_parallel:
         if threshold != type(pc).shift_parallel_threshold:   # the field's default
