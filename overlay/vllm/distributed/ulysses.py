@@ -459,8 +459,8 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError(f"sequence_parallel_size > 1 does not support encoder-decoder models "
                          f"({what}); use -sp 1")
     if mc.is_multimodal_model:
-        raise ValueError(f"sequence_parallel_size > 1 supports text-only decoders, not the "
-                         f"multimodal {what}; use -sp 1")
+        from vllm.distributed.ulysses_multimodal import verify_multimodal
+        verify_multimodal(mc)
     if mc.is_hybrid or mc.is_attention_free or mc.has_noops:
         raise ValueError(f"sequence_parallel_size > 1 needs a decoder whose layers all use "
                          f"attention; {what} does not; use -sp 1")
