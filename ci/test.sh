@@ -23,7 +23,11 @@ else
   venv=${TEST_VENV:-.venv-cpu-$version}
 fi
 stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" --install "$venv"
-stage "build: test requirements $version" "$venv/bin/python" -m pip install -q -r tests/requirements.txt
+# torchvision for the multimodal tests' image processors (the CPU wheel
+# drops it): the build that pairs with the venv's torch, which stays as is.
+torch_pin="torch==$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
+  -r tests/requirements.txt torchvision "$torch_pin"
 
 rc=0
 SP_VLLM_VERSION=$version stage "tests: vLLM $version${*:+ ($*)}" \

@@ -34,6 +34,7 @@ class Run:
     logprobs: list[list[float]]                  # logprob of each generated id
     prompt_logprobs: list[list[float | None]]    # logprob of each prompt id
     cached_tokens: list[int] = field(default_factory=list)  # prefix-cache hits, per prompt
+    prompt_ids: list[list[int]] = field(default_factory=list)  # as the engine tokenized them
     seconds: float = 0.0
     shift: list[dict] = field(default_factory=list)   # per rank, with shift_parallel
     log: str = field(default="", repr=False)
@@ -47,11 +48,18 @@ def cpu_env(world: int) -> dict[str, str]:
     }
 
 
-def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 1,
+Prompt = list[int] | dict   # token ids, or {"text": str, "images": [[seed, width, height]]}
+
+
+def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
                max_tokens: int = 8, prompt_logprobs: bool = True, timeout: int = 900,
-               then: list[list[list[int]]] | None = None, env: dict[str, str] | None = None,
+               then: list[list[Prompt]] | None = None, env: dict[str, str] | None = None,
                **engine_kwargs) -> Run:
-    """Greedy-decode ``prompts`` (token ids) and return tokens and logprobs.
+    """Greedy-decode ``prompts`` and return tokens and logprobs.  A prompt is
+    token ids, or text with images for a multimodal checkpoint (then the
+    engine tokenizes: the processor expands each image placeholder); the
+    child draws each image from its seed, so every layout sees the same
+    pixels.
     ``then``: more batches, each submitted after the one before has finished
     and without prompt logprobs (a request with prompt logprobs neither
     fills nor reads the prefix cache); their results follow the first
@@ -78,7 +86,24 @@ def run_engine(model: Path, prompts: list[list[int]], *, tp: int = 1, sp: int = 
                            + out[-6000:])
     res = json.loads(found[-1][len(RESULT):])
     return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
-               res["seconds"], res.get("shift", []), out)
+               res["prompt_ids"], res["seconds"], res.get("shift", []), out)
+
+
+def _image(seed: int, width: int, height: int):
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def _prompt(p: Prompt) -> dict:
+    if isinstance(p, list):
+        return {"prompt_token_ids": p}
+    out = {"prompt": p["text"]}
+    if p.get("images"):
+        out["multi_modal_data"] = {"image": [_image(*i) for i in p["images"]]}
+    return out
 
 
 def _child(spec: dict) -> None:
@@ -90,6 +115,8 @@ def _child(spec: dict) -> None:
                   skip_tokenizer_init=True, enable_prefix_caching=True,
                   kv_cache_memory_bytes=KV_CACHE_BYTES)
     engine.update(spec["engine"])
+    if any(isinstance(p, dict) for batch in spec["batches"] for p in batch):
+        engine["skip_tokenizer_init"] = False     # text prompts
     if (engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1)
             * engine.get("pipeline_parallel_size", 1)) > 1:
         engine.setdefault("distributed_executor_backend", "mp")
@@ -107,10 +134,10 @@ def _child(spec: dict) -> None:
     for i, batch in enumerate(spec["batches"]):
         # Later batches go without prompt logprobs: such requests bypass the
         # prefix cache (SamplingParams decides that when it is built).
-        outs += llm.generate([{"prompt_token_ids": p} for p in batch],
+        outs += llm.generate([_prompt(p) for p in batch],
                              params(spec["prompt_logprobs"] and i == 0))
     res = {"tokens": [], "logprobs": [], "prompt_logprobs": [], "cached_tokens": [],
-           "seconds": time.time() - t0}
+           "prompt_ids": [], "seconds": time.time() - t0}
     for o in outs:
         c = o.outputs[0]
         res["tokens"].append(list(c.token_ids))
@@ -120,6 +147,7 @@ def _child(spec: dict) -> None:
             plp.append(None if lp is None else lp[t].logprob)
         res["prompt_logprobs"].append(plp)
         res["cached_tokens"].append(o.num_cached_tokens or 0)
+        res["prompt_ids"].append(list(o.prompt_token_ids))
     if shift_on:
         # Steps served per mode: the calls made while generating (the
         # engine's own profile and warm-up calls are left out).

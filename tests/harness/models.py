@@ -11,23 +11,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 VOCAB = 512
 
 
-def _tokenizer(path: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def _tokenizer(path: Path, specials: dict[str, str] | None = None) -> PreTrainedTokenizerFast:
+    """Words ``w<i>``; ``specials`` (attribute -> token, e.g. a processor's
+    image token) come right after ``<unk> <s> </s>``, then the newline runs
+    Gemma 3's image sequence is wrapped in (added tokens, matched whole)."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(VOCAB - 3)]
+    specials = specials or {}
+    newlines = ["\n\n\n\n", "\n\n\n", "\n\n", "\n"] if specials else []
+    head = ["<unk>", "<s>", "</s>"] + list(specials.values()) + newlines
+    words = head + [f"w{i}" for i in range(VOCAB - len(head))]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_tokens([AddedToken(n, normalized=False) for n in newlines])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
-                                   bos_token="<s>", eos_token="</s>")
+                                   bos_token="<s>", eos_token="</s>",
+                                   extra_special_tokens=specials or None)
     fast.chat_template = (
         "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
         "{% if add_generation_prompt %}assistant {% endif %}")
     fast.save_pretrained(path)
+    return fast
 
 
 def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int = 2,
@@ -64,6 +77,16 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
                                           moe_intermediate_size=intermediate // 2,
                                           decoder_sparse_step=1, norm_topk_prob=True)
         cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "glm4_moe":
+        # GLM-4.5: partial rotary (half the head dim), QK norm, a dense first
+        # layer, then grouped top-k MoE with a shared expert.
+        cfg = transformers.Glm4MoeConfig(**common, n_routed_experts=experts,
+                                         num_experts_per_tok=2, n_shared_experts=1,
+                                         moe_intermediate_size=intermediate // 2,
+                                         first_k_dense_replace=1, partial_rotary_factor=0.5,
+                                         use_qk_norm=True, n_group=1, topk_group=1,
+                                         num_nextn_predict_layers=0)
+        cls = transformers.Glm4MoeForCausalLM
     elif arch == "bloom":
         # ALiBi instead of rotary positions, one slope per head; no GQA.
         assert kv_heads == heads and hidden == heads * head_dim, "Bloom: MHA, hidden/heads"
@@ -97,5 +120,122 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     cfg_json["torch_dtype"] = dtype
     (tmp / "config.json").write_text(json.dumps(cfg_json, indent=1))
     _tokenizer(tmp)
+    tmp.rename(path)
+    return path
+
+
+# What a text prompt writes where an image goes, per multimodal arch.
+IMAGE_PLACEHOLDER = {
+    "gemma3_vl": "<start_of_image>",
+    "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
+    "llama4_vl": "<|image|>",
+}
+
+
+def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 0) -> Path:
+    """A tiny random multimodal checkpoint with its processor (image
+    processor + the word-level tokenizer with the family's image tokens):
+    the language model is ``make_model``'s shape (8 heads, 2 KV heads, head
+    dim 32, 2 layers); the vision tower has 4 heads, so that Shift's full-TP
+    model can shard it over 4 ranks.  56x56 images give 4 image tokens."""
+    import torch
+    import transformers
+
+    name = f"{arch}-{dtype}-s{seed}"
+    path = Path(root) / name
+    if (path / "config.json").exists():
+        return path
+    tmp = path.with_suffix(".tmp")
+    text = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
+    if arch == "gemma3_vl":
+        tok = _tokenizer(tmp, {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>",
+                               "eoi_token": "<end_of_image>"})
+        ids = tok.convert_tokens_to_ids
+        text_cfg = transformers.Gemma3TextConfig(
+            **text, sliding_window=32, query_pre_attn_scalar=32,
+            layer_types=["sliding_attention", "full_attention"])
+        vision = transformers.SiglipVisionConfig(hidden_size=64, intermediate_size=128,
+                                                 num_hidden_layers=1, num_attention_heads=4,
+                                                 image_size=56, patch_size=14,
+                                                 vision_use_head=False)
+        cfg = transformers.Gemma3Config(
+            text_config=text_cfg.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+            boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
+            image_token_index=ids("<image_soft_token>"), tie_word_embeddings=True)
+        cls = transformers.Gemma3ForConditionalGeneration
+        processor = transformers.Gemma3Processor(
+            image_processor=transformers.Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
+            tokenizer=tok, image_seq_length=4)
+        # vLLM 0.26 reads SigLIP under vision_tower.vision_model., as the
+        # published checkpoints have it; transformers 5 saves it one level up.
+        renames = [("vision_tower.", "vision_tower.vision_model.")]
+    elif arch == "qwen2_5_vl":
+        specials = {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
+                    "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"}
+        tok = _tokenizer(tmp, specials)
+        ids = tok.convert_tokens_to_ids
+        vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                      out_hidden_size=256, patch_size=14, spatial_merge_size=2,
+                      temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])
+        cfg = transformers.Qwen2_5_VLConfig(
+            # (Qwen2's head dim is hidden / heads, whatever head_dim says.)
+            text_config=dict(text, hidden_size=256,
+                             rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]}),
+            vision_config=vision, image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+        cls = transformers.Qwen2_5_VLForConditionalGeneration
+        pixels = dict(min_pixels=56 * 56, max_pixels=56 * 56 * 4)
+        processor = transformers.Qwen2_5_VLProcessor(
+            image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
+            video_processor=transformers.Qwen2VLVideoProcessor(**pixels))
+        renames = []
+    elif arch == "llama4_vl":
+        marks = ["<|image_start|>", "<|image|>", "<|patch|>", "<|image_end|>",
+                 "<|tile_x_separator|>", "<|tile_y_separator|>"]
+        tok = _tokenizer(tmp, {f"mark{i}": m for i, m in enumerate(marks)})
+        # Chunked local attention (chunk 32 < the long prompt), a NoPE layer
+        # (every 4th), MoE on every other layer, QK norm.
+        text_cfg = transformers.Llama4TextConfig(
+            **{**text, "num_hidden_layers": 4}, intermediate_size_mlp=256, num_local_experts=4,
+            num_experts_per_tok=1, interleave_moe_layer_step=2, attention_chunk_size=32,
+            no_rope_layer_interval=4, use_qk_norm=True, pad_token_id=0)
+        vision = transformers.Llama4VisionConfig(
+            hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
+            image_size=56, patch_size=14, vision_output_dim=128, projector_input_dim=128,
+            projector_output_dim=128)
+        cfg = transformers.Llama4Config(text_config=text_cfg.to_dict(),
+                                        vision_config=vision.to_dict(),
+                                        image_token_index=tok.convert_tokens_to_ids("<|patch|>"),
+                                        tie_word_embeddings=False)
+        cls = transformers.Llama4ForConditionalGeneration
+        processor = transformers.Llama4Processor(
+            image_processor=transformers.Llama4ImageProcessor(
+                size={"height": 56, "width": 56}, max_patches=1),
+            tokenizer=tok, patch_size=14)
+        renames = []
+    else:
+        raise ValueError(f"unknown multimodal arch {arch}")
+    torch.manual_seed(seed)
+    model = cls(cfg).to(getattr(torch, dtype))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.08)
+    model.save_pretrained(tmp, safe_serialization=True)
+    processor.save_pretrained(tmp)
+    if renames:
+        from safetensors.torch import load_file, save_file
+
+        weights = load_file(tmp / "model.safetensors")
+        for old, new in renames:
+            weights = {new + k[len(old):] if k.startswith(old) else k: v
+                       for k, v in weights.items()}
+        save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
+    cfg_json = json.loads((tmp / "config.json").read_text())
+    cfg_json["torch_dtype"] = dtype
+    (tmp / "config.json").write_text(json.dumps(cfg_json, indent=1))
     tmp.rename(path)
     return path

@@ -29,9 +29,9 @@ BLOCK = 16 if VERSION == "0.26.0" else 32
 ENGINE = dict(max_num_batched_tokens=64, block_size=BLOCK, max_tokens=10)
 
 
-def run(model, tp=1, sp=1, **kw) -> Run:
-    """The workload on one vLLM layout."""
-    return run_engine(model, BATCHES[0], then=BATCHES[1:], tp=tp, sp=sp, **{**ENGINE, **kw})
+def run(model, tp=1, sp=1, batches=BATCHES, **kw) -> Run:
+    """The workload (or ``batches`` that extend it) on one vLLM layout."""
+    return run_engine(model, batches[0], then=batches[1:], tp=tp, sp=sp, **{**ENGINE, **kw})
 
 
 def check_prefix_cache(r: Run) -> None:
