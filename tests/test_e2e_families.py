@@ -12,6 +12,11 @@ the exchange), decode steps run plain TP=4 over the same GPUs, and
 requests prefilled in one mode decode in the other on the one KV cache.
 Greedy tokens and prompt logprobs must equal TP=1's (float32).
 
+GPT-OSS runs in bfloat16 (vLLM's CPU kernels take nothing else) on TP=1,
+TP=2, SP=2, TP=2 x SP=2 and Shift at SP=2: each layout is held to the one
+whose products it computes (SP to TP=1, TP x SP to TP=2, exactly) and Shift,
+whose decodes are TP=2's, to TP=2's distance from TP=1.
+
 Multimodal engines run with the multimodal processor cache off: vLLM
 0.26's cached path calls the HF processor on a placeholder without its
 image, which transformers 5.24's processors reject for Gemma 3 and
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.compare import assert_same
+from harness.compare import assert_no_further, assert_same
 from harness.models import IMAGE_PLACEHOLDER, make_model, make_vl_model
 from harness.workload import BATCHES, check_prefix_cache, run
 
@@ -109,3 +114,48 @@ def test_decoder_family_under_shift(text_runs):
     assert_same(ref, got, what=f"{arch}: TP=2xSP=2 shift vs TP=1")
     check_prefix_cache(got)
     check_shift(got)
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(models_dir):
+    """GPT-OSS: a learned attention sink per head, sliding and full layers,
+    MoE; 4 KV heads (2 per TP rank at TP=2, as many as SP).  vLLM's CPU
+    kernels run it in bfloat16 only (float32 fails on the sinks' pointer at
+    TP=1), where layouts that sum in another order differ in tokens, so each
+    layout is held to the one it computes like."""
+    model = make_model(models_dir, "gpt_oss", heads=8, kv_heads=4, dtype="bfloat16")
+
+    def go(**kw):
+        return run(model, dtype="bfloat16", **kw)
+
+    return {"tp1": go(), "tp2": go(tp=2)}, go
+
+
+def test_gpt_oss_sp_equals_tp1(gpt_oss):
+    """SP=2 computes TP=1's products (whole weights, every head's attention
+    on its rank) and matches it to the bit; each SP rank uses its own heads'
+    sinks (with the TP rank's first sinks the backend refuses the layer)."""
+    runs, go = gpt_oss
+    got = go(sp=2)
+    assert_same(runs["tp1"], got, atol=0.0, what="GPT-OSS SP=2 vs TP=1")
+    check_prefix_cache(got)
+
+
+def test_gpt_oss_tp_sp_equals_tp2(gpt_oss):
+    """TP=2 x SP=2 computes TP=2's products: equal to TP=2 to the bit, and
+    so no further from TP=1 than TP=2 is."""
+    runs, go = gpt_oss
+    got = go(tp=2, sp=2)
+    assert_same(runs["tp2"], got, atol=0.0, what="GPT-OSS TP=2xSP=2 vs TP=2")
+    check_prefix_cache(got)
+
+
+def test_gpt_oss_shift(gpt_oss):
+    """Shift at SP=2: prefill and mixed steps in SP (TP=1's products),
+    decodes in full TP=2.  Prompt logprobs come from SP steps; the decode
+    is TP=2's, so the run is held to TP=2's distance from TP=1."""
+    runs, go = gpt_oss
+    got = go(sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_no_further(runs["tp1"], runs["tp2"], got, what="GPT-OSS shift SP=2 vs TP=1")
+    check_prefix_cache(got)
+    check_shift(got, world=2)
