@@ -129,6 +129,7 @@ IMAGE_PLACEHOLDER = {
     "gemma3_vl": "<start_of_image>",
     "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "llama4_vl": "<|image|>",
+    "qwen3_vl": "<|vision_start|><|image_pad|><|vision_end|>",
 }
 
 
@@ -191,6 +192,30 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
         processor = transformers.Qwen2_5_VLProcessor(
             image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
             video_processor=transformers.Qwen2VLVideoProcessor(**pixels))
+        renames = []
+    elif arch == "qwen3_vl":
+        # Deepstack: vision features of two encoder layers are added to the
+        # first decoder layers' hidden states, per image token.
+        tok = _tokenizer(tmp, {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
+                               "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"})
+        ids = tok.convert_tokens_to_ids
+        vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                      out_hidden_size=128, patch_size=16, spatial_merge_size=2,
+                      temporal_patch_size=2, num_position_embeddings=64,
+                      deepstack_visual_indexes=[0, 1])
+        cfg = transformers.Qwen3VLConfig(
+            text_config=dict(text, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                    "mrope_section": [4, 6, 6],
+                                                    "mrope_interleaved": True}),
+            vision_config=vision, image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+        cls = transformers.Qwen3VLForConditionalGeneration
+        pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
+                      patch_size=16, merge_size=2)
+        processor = transformers.Qwen3VLProcessor(
+            image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
+            video_processor=transformers.Qwen3VLVideoProcessor(**pixels))
         renames = []
     elif arch == "llama4_vl":
         marks = ["<|image_start|>", "<|image|>", "<|patch|>", "<|image_end|>",

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.distributed import ulysses
+from vllm.distributed import ulysses, ulysses_multimodal
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
@@ -204,6 +204,7 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
                    effective_threshold(vllm_config.parallel_config),
                    vllm_config.compilation_config.static_forward_context)
     state.shared_bytes = share_weights(model, full)
+    ulysses_multimodal.share_side_inputs(model, full)
     state.copied_bytes = _param_bytes(full) - state.shared_bytes
     _STATE = state
     _dispatch(model, state)

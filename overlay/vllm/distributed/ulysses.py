@@ -414,6 +414,9 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
         return gather_tokens(out)
 
     model.forward = forward
+    from vllm.distributed.ulysses_multimodal import slice_side_inputs
+
+    slice_side_inputs(model)
     return model
 
 
