@@ -79,6 +79,23 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
                                         layer_types=["sliding_attention", "full_attention"]
                                         * (layers // 2))
         cls = transformers.GptOssForCausalLM
+    elif arch == "qwen3_next":
+        # Hybrid: Gated-DeltaNet (linear attention) and gated full-attention
+        # layers alternating; MoE with a shared expert.  Linear heads: 4 key,
+        # 8 value (two v-heads per k-head), head dims 32 (the CPU GDN kernels
+        # take multiples of 32, bfloat16 only), so TP*SP up to 4 splits them.
+        # vLLM sizes a hybrid's attention block so that one block's KV page
+        # holds a layer's conv + recurrent state: with head_dim=256 (as the
+        # real checkpoints) that is 32 tokens at TP=1, within the workload's
+        # 64-token steps and prefix-cache granularity.
+        cfg = transformers.Qwen3NextConfig(
+            **common, num_experts=experts, num_experts_per_tok=2,
+            moe_intermediate_size=intermediate // 2,
+            shared_expert_intermediate_size=intermediate // 2, decoder_sparse_step=1,
+            norm_topk_prob=True, linear_num_key_heads=4, linear_num_value_heads=8,
+            linear_key_head_dim=32, linear_value_head_dim=32, linear_conv_kernel_dim=4,
+            layer_types=["linear_attention", "full_attention"] * (layers // 2))
+        cls = transformers.Qwen3NextForCausalLM
     else:
         raise ValueError(f"unknown arch {arch}")
     torch.manual_seed(seed)
