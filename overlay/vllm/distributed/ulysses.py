@@ -386,7 +386,10 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
     only pad the step to a multiple of SP (``pad_tokens``)."""
     if sp_size() == 1:
         return model
+    from vllm.distributed import ulysses_linear
     from vllm.sequence import IntermediateTensors
+
+    ulysses_linear.check_model(model)
 
     inner = model.forward
 
@@ -461,9 +464,13 @@ def verify_config(config: VllmConfig) -> None:
     if mc.is_multimodal_model:
         raise ValueError(f"sequence_parallel_size > 1 supports text-only decoders, not the "
                          f"multimodal {what}; use -sp 1")
-    if mc.is_hybrid or mc.is_attention_free or mc.has_noops:
+    if mc.is_attention_free or mc.has_noops:
         raise ValueError(f"sequence_parallel_size > 1 needs a decoder whose layers all use "
                          f"attention; {what} does not; use -sp 1")
+    if mc.is_hybrid:   # Gated-DeltaNet hybrids are served; the others refused
+        from vllm.distributed import ulysses_linear
+
+        ulysses_linear.verify_hybrid(config)
     if mc.runner_type != "generate":
         raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
                          f"runner '{mc.runner_type}'; use -sp 1")
