@@ -132,18 +132,27 @@ def _child(spec: dict) -> None:
 
 def _shift_report(worker) -> dict:
     """On one rank: model calls per Shift mode, and whether the full-TP
-    model's attention layers hold the very tensors of the SP model's."""
+    model's attention layers hold the very tensors of the SP model's (a
+    state-keeping layer, e.g. Gated-DeltaNet, holds a list: [conv, ssm])."""
     from vllm.distributed import shift
+
+    def tensors(kv) -> list:
+        return list(kv) if isinstance(kv, (list, tuple)) else [kv]
 
     sp_layers = worker.model_runner.compilation_config.static_forward_context
     full_layers = shift._STATE.layers
     names = [n for n, layer in sp_layers.items()
              if hasattr(layer, "kv_cache") and n in full_layers]
+    same = [len(tensors(full_layers[n].kv_cache)) == len(tensors(sp_layers[n].kv_cache))
+            and all(a is b for a, b in zip(tensors(full_layers[n].kv_cache),
+                                           tensors(sp_layers[n].kv_cache))) for n in names]
     return {
         "calls": shift.step_counts(),
         "layers": len(names),
-        "same_tensors": all(full_layers[n].kv_cache is sp_layers[n].kv_cache for n in names),
-        "storages": len({sp_layers[n].kv_cache.untyped_storage().data_ptr() for n in names}),
+        "same_tensors": all(same),
+        "storages": len({t.untyped_storage().data_ptr() for n in names
+                         for t in tensors(sp_layers[n].kv_cache)}),
+        "state_layers": sum(isinstance(sp_layers[n].kv_cache, (list, tuple)) for n in names),
         "shared_bytes": shift._STATE.shared_bytes,
     }
 

@@ -1,0 +1,106 @@
+"""Ulysses SP and Shift on a hybrid Gated-DeltaNet model (Qwen3-Next: GDN
+linear attention and gated full attention, MoE) on the real vLLM CPU engine:
+every layout gives TP=1's greedy tokens and prompt logprobs.
+
+bfloat16, as the CPU GDN kernels take nothing else, with the recurrent state
+in float32 (``mamba_ssm_cache_dtype``: the CPU chunk kernel refuses a bf16
+initial state).  In bfloat16 the layouts that all-reduce over TP ranks sum
+in another order than TP=1, and on this random model a near-tie flips some
+greedy continuations (TP=2, upstream's own layout, is the control).  So:
+TP=2's largest prompt-logprob distance from TP=1 is the tolerance; SP=2,
+whose every product is TP=1's (each GPU runs TP=1's projections on its
+tokens and whole GDN and attention heads), must give TP=1's tokens on every
+prompt; the layouts with TP=2 arithmetic in them (TP=2 x SP=2, and Shift,
+whose decode steps run plain TP over both GPUs) TP=1's tokens on the
+prompts where TP=2 keeps them, and every prompt logprob within the
+tolerance.
+
+The workload is harness.workload's: odd lengths (steps padded to a multiple
+of SP), a prompt longer than the 64-token step (chunked prefill, the GDN
+state carried from chunk to chunk), mixed prefill/decode steps, and prompts
+that hit the prefix cache (in Mamba 'align' mode: cached GDN states at
+block boundaries).  Each layout's engine is started once and shared.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.compare import assert_within, same_tokens
+from harness.models import make_model
+from harness.workload import check_prefix_cache, run
+
+pytestmark = pytest.mark.e2e
+
+GDN = dict(dtype="bfloat16", mamba_ssm_cache_dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def model(models_dir):
+    # head_dim 256 (as the real checkpoints): the attention page of one
+    # 32-token block then holds a GDN layer's state (see harness.models).
+    return make_model(models_dir, "qwen3_next", heads=8, kv_heads=2, layers=4, head_dim=256,
+                      dtype="bfloat16")
+
+
+@pytest.fixture(scope="module")
+def tp1(model):
+    r = run(model, **GDN)
+    check_prefix_cache(r)
+    return r
+
+
+@pytest.fixture(scope="module")
+def tp2(model):
+    return run(model, tp=2, **GDN)
+
+
+@pytest.fixture(scope="module")
+def tol(tp1, tp2):
+    """TP=2's largest prompt-logprob distance from TP=1."""
+    return max(abs(x - y) for a, b in zip(tp1.prompt_logprobs, tp2.prompt_logprobs)
+               for x, y in zip(a, b) if x is not None)
+
+
+@pytest.fixture(scope="module")
+def kept(tp1, tp2):
+    """The prompts whose greedy tokens TP=2 keeps."""
+    return same_tokens(tp1, tp2)
+
+
+def test_tp2_is_the_control(tp1, tp2, tol, kept):
+    """Upstream's TP=2: within its own tolerance by definition; it must keep
+    some prompts' tokens (else the 4-rank layouts are compared on none) and
+    stay within a bf16-sized distance."""
+    check_prefix_cache(tp2)
+    assert kept and 0 < tol < 1.0, (kept, tol)
+    assert_within(tp1, tp2, tol, prompts=kept, what="TP=2 vs TP=1")
+
+
+def test_sp2(model, tp1, tol):
+    got = run(model, sp=2, **GDN)
+    assert_within(tp1, got, tol, what="SP=2 vs TP=1")
+    check_prefix_cache(got)
+
+
+def test_tp2_sp2(model, tp1, tol, kept):
+    """Each GPU: 1 of 4 linear key heads, 2 of 8 value heads; one KV head
+    of attention, replicated to both SP ranks."""
+    got = run(model, tp=2, sp=2, **GDN)
+    assert_within(tp1, got, tol, prompts=kept, what="TP=2 SP=2 vs TP=1")
+    check_prefix_cache(got)
+
+
+def test_shift_switches_modes_over_one_state(model, tp1, tol, kept):
+    """Threshold 8: prefill and mixed steps run SP, decodes full TP, so GDN
+    states written in one mode are read in the other; both models' layers
+    hold the same conv and recurrent state tensors."""
+    got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN)
+    assert_within(tp1, got, tol, prompts=kept, what="shift SP=2 vs TP=1")
+    check_prefix_cache(got)
+    assert len(got.shift) == 2
+    for rank in got.shift:
+        assert rank["layers"] == 4 and rank["state_layers"] == 2, rank
+        assert rank["same_tensors"], rank
+        assert rank["served"]["sp"] >= 4 and rank["served"]["full_tp"] >= 10, rank
+    assert len({tuple(sorted(rank["served"].items())) for rank in got.shift}) == 1, got.shift
