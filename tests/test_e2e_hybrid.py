@@ -2,9 +2,9 @@
 linear attention and gated full attention, MoE) on the real vLLM CPU engine:
 every layout gives TP=1's greedy tokens and prompt logprobs.
 
-bfloat16, as the CPU GDN kernels take nothing else, with the recurrent state
-in float32 (``mamba_ssm_cache_dtype``: the CPU chunk kernel refuses a bf16
-initial state).  In bfloat16 the layouts that all-reduce over TP ranks sum
+bfloat16, as the CPU GDN kernels take nothing else (on 0.26 with the
+recurrent state in float32, ``mamba_ssm_cache_dtype``: its CPU chunk kernel
+refuses a bf16 initial state).  In bfloat16 the layouts that all-reduce over TP ranks sum
 in another order than TP=1, and on this random model a near-tie flips some
 greedy continuations (TP=2, upstream's own layout, is the control).  So:
 TP=2's largest prompt-logprob distance from TP=1 is the tolerance; SP=2,
@@ -28,11 +28,29 @@ import pytest
 
 from harness.compare import assert_within, same_tokens
 from harness.models import make_model
+from harness.repo import VERSION
 from harness.workload import check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
-GDN = dict(dtype="bfloat16", mamba_ssm_cache_dtype="float32")
+# The CPU GDN kernels: 0.26's take linear head dims that are multiples of 32
+# and a float32 recurrent state, 0.32's head dims 64 or 128 and a bfloat16
+# state too; either way a layer's state fits one block of <= 64 tokens.
+if VERSION == "0.26.0":
+    LINEAR_HEAD_DIM, GDN = 32, dict(dtype="bfloat16", mamba_ssm_cache_dtype="float32")
+else:
+    LINEAR_HEAD_DIM, GDN = 64, dict(dtype="bfloat16", mamba_ssm_cache_dtype="bfloat16")
+
+
+def check_hits(r):
+    """0.26: the workload's prefix-cache check.  0.32's Mamba 'align' mode
+    restores fewer GDN states (its TP=1 gets no hit for the 96-token prefix:
+    cached [128, 0, 64]), so there: the repeated long prompt restores the
+    state at 128 tokens."""
+    if VERSION == "0.26.0":
+        check_prefix_cache(r)
+    else:
+        assert r.cached_tokens[-3] >= 128, r.cached_tokens
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +58,13 @@ def model(models_dir):
     # head_dim 256 (as the real checkpoints): the attention page of one
     # 32-token block then holds a GDN layer's state (see harness.models).
     return make_model(models_dir, "qwen3_next", heads=8, kv_heads=2, layers=4, head_dim=256,
-                      dtype="bfloat16")
+                      dtype="bfloat16", linear_head_dim=LINEAR_HEAD_DIM)
 
 
 @pytest.fixture(scope="module")
 def tp1(model):
     r = run(model, **GDN)
-    check_prefix_cache(r)
+    check_hits(r)
     return r
 
 
@@ -72,7 +90,7 @@ def test_tp2_is_the_control(tp1, tp2, tol, kept):
     """Upstream's TP=2: within its own tolerance by definition; it must keep
     some prompts' tokens (else the 4-rank layouts are compared on none) and
     stay within a bf16-sized distance."""
-    check_prefix_cache(tp2)
+    check_hits(tp2)
     assert kept and 0 < tol < 1.0, (kept, tol)
     assert_within(tp1, tp2, tol, prompts=kept, what="TP=2 vs TP=1")
 
@@ -80,7 +98,7 @@ def test_tp2_is_the_control(tp1, tp2, tol, kept):
 def test_sp2(model, tp1, tol):
     got = run(model, sp=2, **GDN)
     assert_within(tp1, got, tol, what="SP=2 vs TP=1")
-    check_prefix_cache(got)
+    check_hits(got)
 
 
 def test_tp2_sp2(model, tp1, tol, kept):
@@ -88,7 +106,7 @@ def test_tp2_sp2(model, tp1, tol, kept):
     of attention, replicated to both SP ranks."""
     got = run(model, tp=2, sp=2, **GDN)
     assert_within(tp1, got, tol, prompts=kept, what="TP=2 SP=2 vs TP=1")
-    check_prefix_cache(got)
+    check_hits(got)
 
 
 def test_shift_switches_modes_over_one_state(model, tp1, tol, kept):
@@ -97,7 +115,7 @@ def test_shift_switches_modes_over_one_state(model, tp1, tol, kept):
     hold the same conv and recurrent state tensors."""
     got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN)
     assert_within(tp1, got, tol, prompts=kept, what="shift SP=2 vs TP=1")
-    check_prefix_cache(got)
+    check_hits(got)
     assert len(got.shift) == 2
     for rank in got.shift:
         assert rank["layers"] == 4 and rank["state_layers"] == 2, rank
