@@ -89,14 +89,27 @@ OPTIONAL = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
 def optional_imports(src: ast.AST) -> set[int]:
-    """ids of the imports inside ``try:`` blocks that catch ImportError:
-    the code runs without them (compiled extensions the sdist lacks, such
-    as vllm.spinloop, are imported this way), so they cannot break startup."""
+    """ids of the imports inside ``try:`` blocks that catch ImportError, or
+    ``with contextlib.suppress(ImportError):`` blocks: the code runs without
+    them (compiled extensions the sdist lacks, such as vllm.spinloop or
+    vllm._moe_C_stable_libtorch, are imported this way), so they cannot
+    break startup."""
+    def catches(expr: ast.AST | None) -> bool:
+        return expr is None or any(isinstance(n, ast.Name) and n.id in OPTIONAL
+                                   for n in ast.walk(expr))
+
+    def suppresses(item: ast.withitem) -> bool:
+        call = item.context_expr
+        if not isinstance(call, ast.Call):
+            return False
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        return name == "suppress" and any(catches(a) for a in call.args)
+
     out = set()
     for node in ast.walk(src):
-        if isinstance(node, ast.Try) and any(
-                h.type is None or any(isinstance(n, ast.Name) and n.id in OPTIONAL
-                                      for n in ast.walk(h.type)) for h in node.handlers):
+        if (isinstance(node, ast.Try) and any(catches(h.type) for h in node.handlers)) or \
+                (isinstance(node, ast.With) and any(suppresses(i) for i in node.items)):
             for stmt in node.body:
                 out.update(id(n) for n in ast.walk(stmt)
                            if isinstance(n, (ast.Import, ast.ImportFrom)))

@@ -178,12 +178,17 @@ def test_overlay_check_finds_moved_names(tmp_path):
             from vllm.spinloop import spinloop
         except ImportError:
             spinloop = None
+        with contextlib.suppress(ImportError):  # as vllm/platforms/interface.py does
+            import vllm._moe_C_stable_libtorch
+        with open("x"):                         # not optional
+            import vllm.compiled_gone
         """))
     (tree / "vllm" / "distributed" / "mine.py").write_text(mine.read_text())
     found = overlay_check.check(tree, overlay, [])
     assert found == [
         "vllm/distributed/mine.py:3: vllm.distributed.state has no get_pp_group",
         "vllm/distributed/mine.py:4: module vllm.distributed.gone is gone",
+        "vllm/distributed/mine.py:17: module vllm.compiled_gone is gone",
         "vllm/distributed/mine.py:8: vllm.distributed.state has no _PP",
     ], found
 

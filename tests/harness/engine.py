@@ -160,18 +160,32 @@ def _child(spec: dict) -> None:
 
 def _shift_report(worker) -> dict:
     """On one rank: model calls per Shift mode, and whether the full-TP
-    model's attention layers hold the very tensors of the SP model's."""
+    model's attention layers hold the very tensors of the SP model's: the
+    same memory in the same layout.  A state-keeping layer (Gated-DeltaNet)
+    holds [conv, ssm]; from vLLM 0.32 each layer makes its own views of the
+    cache's pages, with its own state shapes, so they are compared as views."""
     from vllm.distributed import shift
+
+    def tensors(kv) -> list:
+        return list(kv) if isinstance(kv, (list, tuple)) else [kv]
+
+    def same(a, b) -> bool:
+        return (a.data_ptr(), a.shape, a.stride(), a.dtype) == \
+            (b.data_ptr(), b.shape, b.stride(), b.dtype)
 
     sp_layers = worker.model_runner.compilation_config.static_forward_context
     full_layers = shift._STATE.layers
     names = [n for n, layer in sp_layers.items()
              if hasattr(layer, "kv_cache") and n in full_layers]
+    pairs = [(tensors(full_layers[n].kv_cache), tensors(sp_layers[n].kv_cache)) for n in names]
+    shared = [len(f) == len(s) and all(map(same, f, s)) for f, s in pairs]
     return {
         "calls": shift.step_counts(),
         "layers": len(names),
-        "same_tensors": all(full_layers[n].kv_cache is sp_layers[n].kv_cache for n in names),
-        "storages": len({sp_layers[n].kv_cache.untyped_storage().data_ptr() for n in names}),
+        "same_tensors": all(shared),
+        "storages": len({t.untyped_storage().data_ptr() for n in names
+                         for t in tensors(sp_layers[n].kv_cache)}),
+        "state_layers": sum(isinstance(sp_layers[n].kv_cache, (list, tuple)) for n in names),
         "shared_bytes": shift._STATE.shared_bytes,
     }
 

@@ -45,7 +45,8 @@ def _tokenizer(path: Path, specials: dict[str, str] | None = None) -> PreTrained
 
 def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int = 2,
                layers: int = 2, hidden: int = 128, head_dim: int = 32, intermediate: int = 256,
-               dtype: str = "float32", seed: int = 0, experts: int = 4) -> Path:
+               dtype: str = "float32", seed: int = 0, experts: int = 4,
+               linear_head_dim: int = 32) -> Path:
     """Write a random checkpoint under ``root`` and return its directory.
 
     The directory name encodes the arguments, so a cached checkpoint is reused
@@ -56,6 +57,8 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     # vLLM's CPU attention kernels take head_dim in {32, 64, 80, 96, ...}.
 
     name = f"{arch}-h{heads}x{head_dim}-kv{kv_heads}-l{layers}-d{hidden}-{dtype}-s{seed}"
+    if arch == "qwen3_next":
+        name += f"-lin{linear_head_dim}"
     path = Path(root) / name
     if (path / "config.json").exists():
         return path
@@ -102,6 +105,25 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
                                         layer_types=["sliding_attention", "full_attention"]
                                         * (layers // 2))
         cls = transformers.GptOssForCausalLM
+    elif arch == "qwen3_next":
+        # Hybrid: Gated-DeltaNet (linear attention) and gated full-attention
+        # layers alternating; MoE with a shared expert.  Linear heads: 4 key,
+        # 8 value (two v-heads per k-head), so TP*SP up to 4 splits them;
+        # ``linear_head_dim`` for their keys and values (the CPU GDN kernels
+        # run bfloat16 only; 0.26's take multiples of 32, 0.32's 64 or 128).
+        # vLLM sizes a hybrid's attention block so that one block's KV page
+        # holds a layer's conv + recurrent state: with head_dim=256 (as the
+        # real checkpoints) that is 32 to 64 tokens (test_e2e_hybrid), within
+        # the workload's 64-token steps and prefix-cache granularity.
+        cfg = transformers.Qwen3NextConfig(
+            **common, num_experts=experts, num_experts_per_tok=2,
+            moe_intermediate_size=intermediate // 2,
+            shared_expert_intermediate_size=intermediate // 2, decoder_sparse_step=1,
+            norm_topk_prob=True, linear_num_key_heads=4, linear_num_value_heads=8,
+            linear_key_head_dim=linear_head_dim, linear_value_head_dim=linear_head_dim,
+            linear_conv_kernel_dim=4,
+            layer_types=["linear_attention", "full_attention"] * (layers // 2))
+        cls = transformers.Qwen3NextForCausalLM
     else:
         raise ValueError(f"unknown arch {arch}")
     torch.manual_seed(seed)

@@ -386,7 +386,10 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
     only pad the step to a multiple of SP (``pad_tokens``)."""
     if sp_size() == 1:
         return model
+    from vllm.distributed import ulysses_linear, ulysses_multimodal
     from vllm.sequence import IntermediateTensors
+
+    ulysses_linear.check_model(model)
 
     inner = model.forward
 
@@ -414,9 +417,7 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
         return gather_tokens(out)
 
     model.forward = forward
-    from vllm.distributed.ulysses_multimodal import slice_side_inputs
-
-    slice_side_inputs(model)
+    ulysses_multimodal.slice_side_inputs(model)
     return model
 
 
@@ -464,9 +465,13 @@ def verify_config(config: VllmConfig) -> None:
     if mc.is_multimodal_model:
         from vllm.distributed.ulysses_multimodal import verify_multimodal
         verify_multimodal(mc)
-    if mc.is_hybrid or mc.is_attention_free or mc.has_noops:
+    if mc.is_attention_free or mc.has_noops:
         raise ValueError(f"sequence_parallel_size > 1 needs a decoder whose layers all use "
                          f"attention; {what} does not; use -sp 1")
+    if mc.is_hybrid:   # Gated-DeltaNet hybrids are served; the others refused
+        from vllm.distributed import ulysses_linear
+
+        ulysses_linear.verify_hybrid(config)
     if mc.runner_type != "generate":
         raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
                          f"runner '{mc.runner_type}'; use -sp 1")
