@@ -26,6 +26,7 @@ in the text but no images were passed").
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -41,23 +42,33 @@ MULTIMODAL = dict(mm_processor_cache_gb=0, limit_mm_per_prompt={"image": 2, "vid
 WORDS = " ".join(f"w{i}" for i in range(10, 40))
 
 
-def image_prompts(placeholder: str) -> list[dict]:
+def _prompt(words: str, images: list[list[int]], ids: dict[str, int] | None) -> dict:
+    """Text, or (``ids``: the word-level tokenizer's ids, for a checkpoint
+    whose model type makes transformers load its own tokenizer class) the
+    same prompt as token ids."""
+    if ids is None:
+        return {"text": words, "images": images}
+    return {"ids": [ids[w] for w in words.replace("><", "> <").split()], "images": images}
+
+
+def image_prompts(placeholder: str, ids: dict[str, int] | None = None) -> list[dict]:
     """Images inside the text, one or two per prompt, the two-image one
     longer than a chunk; the first two differ only in their pixels."""
     return [
-        {"text": f"w7 w8 {placeholder} w9 {WORDS}", "images": [[1, 56, 56]]},
-        {"text": f"w7 w8 {placeholder} w9 {WORDS}", "images": [[2, 56, 56]]},
-        {"text": f"w20 {placeholder} w21 {placeholder} w22 {WORDS} {WORDS}",
-         "images": [[3, 56, 56], [4, 112, 56]]},
+        _prompt(f"w7 w8 {placeholder} w9 {WORDS}", [[1, 56, 56]], ids),
+        _prompt(f"w7 w8 {placeholder} w9 {WORDS}", [[2, 56, 56]], ids),
+        _prompt(f"w20 {placeholder} w21 {placeholder} w22 {WORDS} {WORDS}",
+                [[3, 56, 56], [4, 112, 56]], ids),
     ]
 
 
-def image_tail_batches(placeholder: str) -> list[list[dict]]:
+def image_tail_batches(placeholder: str, ids: dict[str, int] | None = None) -> list[list[dict]]:
     """A text prompt, then the same text followed by an image: the second
     finds the text in the prefix cache, so its step holds only the image's
     few tokens -- under Shift's threshold, a full-TP step with image tokens."""
     text = " ".join(f"w{i}" for i in range(100, 132))
-    return [[{"text": f"{text} w1"}], [{"text": f"{text} {placeholder}", "images": [[5, 56, 56]]}]]
+    return [[_prompt(f"{text} w1", [], ids)],
+            [_prompt(f"{text} {placeholder}", [[5, 56, 56]], ids)]]
 
 
 def check_shift(r, world: int = 4) -> None:
@@ -171,3 +182,34 @@ def test_gpt_oss_shift(gpt_oss):
     assert_no_further(runs["tp1"], runs["tp2"], got, what="GPT-OSS shift SP=2 vs TP=1")
     check_prefix_cache(got)
     check_shift(got, world=2)
+
+
+@pytest.fixture(scope="module")
+def qwen3_5(models_dir):
+    """Qwen3.5 as published: the multimodal class over a Gated-DeltaNet
+    hybrid (bfloat16, the recurrent state float32, as test_e2e_hybrid).
+    Prompts go as token ids: for this model type transformers loads its own
+    tokenizer class, not the checkpoint's word-level one."""
+    model = make_vl_model(models_dir, "qwen3_5_vl", dtype="bfloat16")
+    vocab = json.loads((model / "tokenizer.json").read_text())["model"]["vocab"]
+    placeholder = IMAGE_PLACEHOLDER["qwen3_5_vl"]
+    batches = ([BATCHES[0] + image_prompts(placeholder, vocab)] + BATCHES[1:]
+               + image_tail_batches(placeholder, vocab))
+
+    def go(**kw):
+        return run(model, dtype="bfloat16", mamba_ssm_cache_dtype="float32", **MULTIMODAL, **kw,
+                   batches=batches)
+
+    return go(), go(tp=2), go
+
+
+def test_qwen3_5_multimodal_hybrid_under_shift(qwen3_5):
+    """Shift at SP=2 (prefill in SP: GDN and attention exchanged; decodes
+    and the image-only step in full TP=2, over one state and KV cache),
+    held to TP=2's distance from TP=1 as bfloat16 requires."""
+    tp1, tp2, go = qwen3_5
+    got = go(sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_no_further(tp1, tp2, got, what="Qwen3.5 shift SP=2 vs TP=1")
+    assert got.cached_tokens[-1] >= 16, got.cached_tokens
+    assert len(got.shift) == 2 and all(r["same_tensors"] for r in got.shift), got.shift
+    assert all(r["served"]["sp"] >= 4 and r["served"]["full_tp"] >= 10 for r in got.shift)

@@ -187,22 +187,22 @@ def test_mla_rejected(tmp_path):
 
 
 def test_multimodal_off_the_list_rejected(tmp_path):
-    """Qwen3-VL's decoder adds per-token deepstack features that SP does not
-    slice: refused in one line naming the class and the supported ones."""
-    from transformers import Qwen3VLConfig
+    """A multimodal class no engine test has shown under SP (PaliGemma here)
+    is refused in one line naming it and the supported ones."""
+    from transformers import PaliGemmaConfig
 
-    text = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3]})
-    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
-                  deepstack_visual_indexes=[0])
-    cfg = Qwen3VLConfig(text_config=text, vision_config=vision).to_dict()
-    cfg["architectures"] = ["Qwen3VLForConditionalGeneration"]
-    model = write_config(tmp_path / "qwen3vl", cfg)
+    text = dict(model_type="gemma", vocab_size=256, hidden_size=64, intermediate_size=128,
+                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)
+    cfg = PaliGemmaConfig(text_config=text, vision_config=vision, image_token_index=255,
+                          projection_dim=64).to_dict()
+    cfg["architectures"] = ["PaliGemmaForConditionalGeneration"]
+    model = write_config(tmp_path / "paligemma", cfg)
     with pytest.raises(Exception) as excinfo:
         engine_config(model, sequence_parallel_size=2)
-    line = error_line(excinfo, "does not support the multimodal Qwen3VLForConditionalGeneration")
-    assert "Gemma3ForConditionalGeneration" in line and "use -sp 1" in line, line
+    line = error_line(excinfo, "does not support the multimodal PaliGemmaForConditionalGeneration")
+    assert "Qwen3VLForConditionalGeneration" in line and "use -sp 1" in line, line
 
 
 def test_encoder_decoder_rejected(tmp_path):

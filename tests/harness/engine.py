@@ -48,7 +48,8 @@ def cpu_env(world: int) -> dict[str, str]:
     }
 
 
-Prompt = list[int] | dict   # token ids, or {"text": str, "images": [[seed, width, height]]}
+# Token ids, or {"text": str | "ids": list[int], "images": [[seed, width, height]]}.
+Prompt = list[int] | dict
 
 
 def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
@@ -100,7 +101,7 @@ def _image(seed: int, width: int, height: int):
 def _prompt(p: Prompt) -> dict:
     if isinstance(p, list):
         return {"prompt_token_ids": p}
-    out = {"prompt": p["text"]}
+    out = {"prompt_token_ids": p["ids"]} if "ids" in p else {"prompt": p["text"]}
     if p.get("images"):
         out["multi_modal_data"] = {"image": [_image(*i) for i in p["images"]]}
     return out
@@ -116,7 +117,7 @@ def _child(spec: dict) -> None:
                   kv_cache_memory_bytes=KV_CACHE_BYTES)
     engine.update(spec["engine"])
     if any(isinstance(p, dict) for batch in spec["batches"] for p in batch):
-        engine["skip_tokenizer_init"] = False     # text prompts
+        engine["skip_tokenizer_init"] = False     # text prompts, images
     if (engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1)
             * engine.get("pipeline_parallel_size", 1)) > 1:
         engine.setdefault("distributed_executor_backend", "mp")

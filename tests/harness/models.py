@@ -152,6 +152,7 @@ IMAGE_PLACEHOLDER = {
     "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "llama4_vl": "<|image|>",
     "qwen3_vl": "<|vision_start|><|image_pad|><|vision_end|>",
+    "qwen3_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
 }
 
 
@@ -233,6 +234,36 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
             video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
             vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
         cls = transformers.Qwen3VLForConditionalGeneration
+        pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
+                      patch_size=16, merge_size=2)
+        processor = transformers.Qwen3VLProcessor(
+            image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
+            video_processor=transformers.Qwen3VLVideoProcessor(**pixels))
+        renames = []
+    elif arch == "qwen3_5_vl":
+        # Qwen3.5 as published: the multimodal class over a Gated-DeltaNet
+        # hybrid decoder (non-interleaved GDN projections, gated attention;
+        # head dim 256 and linear head dim 32 as test_e2e_hybrid explains),
+        # M-RoPE, a Qwen3-VL-style vision tower without deepstack.
+        tok = _tokenizer(tmp, {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
+                               "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"})
+        ids = tok.convert_tokens_to_ids
+        vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                      out_hidden_size=128, patch_size=16, spatial_merge_size=2,
+                      temporal_patch_size=2, num_position_embeddings=64)
+        text_cfg = dict(text, head_dim=256, linear_num_key_heads=4, linear_num_value_heads=8,
+                        linear_key_head_dim=32, linear_value_head_dim=32,
+                        linear_conv_kernel_dim=4,
+                        layer_types=["linear_attention", "full_attention"],
+                        rope_parameters={"rope_type": "default", "rope_theta": 1e7,
+                                         "partial_rotary_factor": 0.25,
+                                         "mrope_section": [11, 11, 10],
+                                         "mrope_interleaved": True})
+        cfg = transformers.Qwen3_5Config(
+            text_config=text_cfg, vision_config=vision, image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+        cls = transformers.Qwen3_5ForConditionalGeneration
         pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
                       patch_size=16, merge_size=2)
         processor = transformers.Qwen3VLProcessor(

@@ -42,6 +42,9 @@ SP_MULTIMODAL = {
     # Deepstack side inputs sliced (slice_side_inputs).
     "Qwen3VLForConditionalGeneration": "test_e2e_families.py::qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "Qwen3VLForConditionalGeneration",
+    # Gated-DeltaNet hybrid decoders (ulysses_linear.py) under the same merge.
+    "Qwen3_5ForConditionalGeneration": "test_e2e_families.py::qwen3_5_vl",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3_5ForConditionalGeneration",
     # Text prompts tested; images reach the decoder as Gemma 3's do (merged
     # embeddings only), but vLLM's CPU engine cannot run its vision tower.
     "Llama4ForConditionalGeneration": "test_e2e_families.py::llama4_vl (text)",
