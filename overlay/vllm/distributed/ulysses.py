@@ -245,6 +245,18 @@ def local_head_counts(num_heads: int, num_kv_heads: int, sp: int) -> tuple[int, 
     return num_heads // sp, 1, sp // num_kv_heads
 
 
+def attention_head_shard() -> tuple[int, int]:
+    """(rank, size) of the plain TP whose head split this GPU attends with:
+    full-TP rank tp_rank*SP + sp_rank of TP*SP (see the module docstring).
+    Per-head parameters that upstream slices by TP rank and size at load
+    time (compressed-tensors' per-head KV-cache scales) slice by this; with
+    SP=1, and inside ``as_full_tp``, it is upstream's TP rank and size."""
+    from vllm.distributed.parallel_state import get_tp_group
+
+    tp = get_tp_group()
+    return tp.rank_in_group * sp_size() + sp_rank(), tp.world_size * sp_size()
+
+
 def split_for_ranks(x: torch.Tensor, sp: int, repeat: int = 1) -> torch.Tensor:
     """[n, heads*D] -> [n, SP, heads*D/SP] (after repeating each head
     ``repeat`` times): chunk j holds the heads SP rank j attends with."""
