@@ -213,3 +213,13 @@ def test_qwen3_5_multimodal_hybrid_under_shift(qwen3_5):
     assert got.cached_tokens[-1] >= 16, got.cached_tokens
     assert len(got.shift) == 2 and all(r["same_tensors"] for r in got.shift), got.shift
     assert all(r["served"]["sp"] >= 4 and r["served"]["full_tp"] >= 10 for r in got.shift)
+
+
+def test_qwen3_5_tp_sp(qwen3_5):
+    """TP=2 x SP=2: the non-interleaved GDN projections split over TP, then
+    their heads over SP; held to TP=2 (whose products it computes) no
+    further than TP=1 is from it, as Qwen3-Next's in test_e2e_hybrid."""
+    tp1, tp2, go = qwen3_5
+    got = go(tp=2, sp=2)
+    assert_no_further(tp2, tp1, got, what="Qwen3.5 TP=2xSP=2 vs TP=2")
+    assert got.cached_tokens[-1] >= 16, got.cached_tokens
