@@ -35,6 +35,7 @@ class Run:
     prompt_logprobs: list[list[float | None]]    # logprob of each prompt id
     cached_tokens: list[int] = field(default_factory=list)  # prefix-cache hits, per prompt
     prompt_ids: list[list[int]] = field(default_factory=list)  # as the engine tokenized them
+    spec: dict = field(default_factory=dict)     # speculative decoding counters
     seconds: float = 0.0
     shift: list[dict] = field(default_factory=list)   # per rank, with shift_parallel
     log: str = field(default="", repr=False)
@@ -87,7 +88,7 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
                            + out[-6000:])
     res = json.loads(found[-1][len(RESULT):])
     return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
-               res["prompt_ids"], res["seconds"], res.get("shift", []), out)
+               res["prompt_ids"], res.get("spec", {}), res["seconds"], res.get("shift", []), out)
 
 
 def _image(seed: int, width: int, height: int):
@@ -116,6 +117,9 @@ def _child(spec: dict) -> None:
                   skip_tokenizer_init=True, enable_prefix_caching=True,
                   kv_cache_memory_bytes=KV_CACHE_BYTES)
     engine.update(spec["engine"])
+    speculating = "speculative_config" in engine
+    if speculating:
+        engine["disable_log_stats"] = False       # the draft/accept counters
     if any(isinstance(p, dict) for batch in spec["batches"] for p in batch):
         engine["skip_tokenizer_init"] = False     # text prompts, images
     if (engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1)
@@ -149,6 +153,10 @@ def _child(spec: dict) -> None:
         res["prompt_logprobs"].append(plp)
         res["cached_tokens"].append(o.num_cached_tokens or 0)
         res["prompt_ids"].append(list(o.prompt_token_ids))
+    if speculating:
+        names = {"vllm:spec_decode_num_draft_tokens": "drafted",
+                 "vllm:spec_decode_num_accepted_tokens": "accepted"}
+        res["spec"] = {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
     if shift_on:
         # Steps served per mode: the calls made while generating (the
         # engine's own profile and warm-up calls are left out).

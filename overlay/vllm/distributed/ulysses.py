@@ -454,6 +454,9 @@ def validate_parallel_config(pc: ParallelConfig) -> None:
                          "--distributed-executor-backend ray, is supported)")
 
 
+SP_SPECULATIVE_METHODS = ("ngram",)
+
+
 def verify_config(config: VllmConfig) -> None:
     """Checks that need the model, run while the engine config is built
     (before any worker starts).  Turns off the unrelated compile pass of the
@@ -498,9 +501,14 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError(f"{what} has {kv_heads} KV heads ({kv_per_tp} per TP rank), which "
                          f"sequence_parallel_size={sp} neither divides nor is a multiple of; "
                          "choose SP dividing or a multiple of the KV heads per TP rank")
-    if config.speculative_config is not None:
-        raise ValueError("sequence_parallel_size > 1 does not support speculative decoding yet; "
-                         "drop --speculative-config or use -sp 1")
+    spec = config.speculative_config
+    if spec is not None and spec.method not in SP_SPECULATIVE_METHODS:
+        # A drafter model would be built with the target's SP exchange and
+        # run on unpadded steps; n-gram lookup has no model: its drafts are
+        # verified in an ordinary (padded, SP-split) target step.
+        raise ValueError(f"sequence_parallel_size > 1 supports speculative decoding by n-gram "
+                         f"prompt lookup only (method 'ngram'), not '{spec.method}' yet; use "
+                         "--speculative-config '{\"method\": \"ngram\", ...}' or -sp 1")
     sc = config.scheduler_config
     if sc.max_num_batched_tokens % sp:
         raise ValueError(f"max_num_batched_tokens={sc.max_num_batched_tokens} must be a "
