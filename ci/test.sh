@@ -25,9 +25,15 @@ fi
 stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" --install "$venv"
 # torchvision for the multimodal tests' image processors (the CPU wheel
 # drops it): the build that pairs with the venv's torch, which stays as is.
-torch_pin="torch==$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+# Only beside a plain torch (the pinned release's): the index's torchvision
+# is built against that one, and beside a +cpu torch its ops fail to load,
+# which breaks every transformers import (the other releases run no
+# multimodal test).
+torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
+vision=()
+[[ $torch_version == *+* ]] || vision=(torchvision "torch==$torch_version")
 stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
-  -r tests/requirements.txt torchvision "$torch_pin"
+  -r tests/requirements.txt "${vision[@]}"
 
 rc=0
 SP_VLLM_VERSION=$version stage "tests: vLLM $version${*:+ ($*)}" \
