@@ -29,7 +29,9 @@ stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$vers
 # is built against that one, and beside a +cpu torch its ops fail to load,
 # which breaks every transformers import (the other releases run no
 # multimodal test).
-torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
+# (The distribution's version: PyPI's torch says 2.11.0 there, 2.11.0+cu130 in
+# torch.__version__.)
+torch_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
 vision=()
 [[ $torch_version == *+* ]] || vision=(torchvision "torch==$torch_version")
 stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
