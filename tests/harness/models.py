@@ -156,6 +156,34 @@ IMAGE_PLACEHOLDER = {
 }
 
 
+QWEN_VL_TOKENS = {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
+                  "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"}
+# Qwen3-VL's vision tower (Qwen3.5's too): 16-pixel patches merged 2x2.
+QWEN3_VISION = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
+                    out_hidden_size=128, patch_size=16, spatial_merge_size=2,
+                    temporal_patch_size=2, num_position_embeddings=64)
+
+
+def _qwen_vl_tokens(tmp: Path) -> tuple[PreTrainedTokenizerFast, dict]:
+    """The tokenizer with Qwen-VL's vision tokens, and the config fields
+    that name their ids."""
+    tok = _tokenizer(tmp, QWEN_VL_TOKENS)
+    ids = tok.convert_tokens_to_ids
+    return tok, dict(image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+                     vision_start_token_id=ids("<|vision_start|>"),
+                     vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+
+
+def _qwen3_vl_processor(tok):
+    import transformers
+
+    pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
+                  patch_size=16, merge_size=2)
+    return transformers.Qwen3VLProcessor(
+        image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
+        video_processor=transformers.Qwen3VLVideoProcessor(**pixels))
+
+
 def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 0) -> Path:
     """A tiny random multimodal checkpoint with its processor (image
     processor + the word-level tokenizer with the family's image tokens):
@@ -196,10 +224,7 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
         # published checkpoints have it; transformers 5 saves it one level up.
         renames = [("vision_tower.", "vision_tower.vision_model.")]
     elif arch == "qwen2_5_vl":
-        specials = {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
-                    "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"}
-        tok = _tokenizer(tmp, specials)
-        ids = tok.convert_tokens_to_ids
+        tok, qwen_ids = _qwen_vl_tokens(tmp)
         vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
                       out_hidden_size=256, patch_size=14, spatial_merge_size=2,
                       temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])
@@ -207,9 +232,7 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
             # (Qwen2's head dim is hidden / heads, whatever head_dim says.)
             text_config=dict(text, hidden_size=256,
                              rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]}),
-            vision_config=vision, image_token_id=ids("<|image_pad|>"),
-            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
-            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+            vision_config=vision, **qwen_ids)
         cls = transformers.Qwen2_5_VLForConditionalGeneration
         pixels = dict(min_pixels=56 * 56, max_pixels=56 * 56 * 4)
         processor = transformers.Qwen2_5_VLProcessor(
@@ -219,38 +242,22 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
     elif arch == "qwen3_vl":
         # Deepstack: vision features of two encoder layers are added to the
         # first decoder layers' hidden states, per image token.
-        tok = _tokenizer(tmp, {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
-                               "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"})
-        ids = tok.convert_tokens_to_ids
-        vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
-                      out_hidden_size=128, patch_size=16, spatial_merge_size=2,
-                      temporal_patch_size=2, num_position_embeddings=64,
-                      deepstack_visual_indexes=[0, 1])
+        tok, qwen_ids = _qwen_vl_tokens(tmp)
+        vision = dict(QWEN3_VISION, deepstack_visual_indexes=[0, 1])
         cfg = transformers.Qwen3VLConfig(
             text_config=dict(text, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
                                                     "mrope_section": [4, 6, 6],
                                                     "mrope_interleaved": True}),
-            vision_config=vision, image_token_id=ids("<|image_pad|>"),
-            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
-            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+            vision_config=vision, **qwen_ids)
         cls = transformers.Qwen3VLForConditionalGeneration
-        pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
-                      patch_size=16, merge_size=2)
-        processor = transformers.Qwen3VLProcessor(
-            image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
-            video_processor=transformers.Qwen3VLVideoProcessor(**pixels))
+        processor = _qwen3_vl_processor(tok)
         renames = []
     elif arch == "qwen3_5_vl":
         # Qwen3.5 as published: the multimodal class over a Gated-DeltaNet
         # hybrid decoder (non-interleaved GDN projections, gated attention;
         # head dim 256 and linear head dim 32 as test_e2e_hybrid explains),
         # M-RoPE, a Qwen3-VL-style vision tower without deepstack.
-        tok = _tokenizer(tmp, {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
-                               "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"})
-        ids = tok.convert_tokens_to_ids
-        vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
-                      out_hidden_size=128, patch_size=16, spatial_merge_size=2,
-                      temporal_patch_size=2, num_position_embeddings=64)
+        tok, qwen_ids = _qwen_vl_tokens(tmp)
         text_cfg = dict(text, head_dim=256, linear_num_key_heads=4, linear_num_value_heads=8,
                         linear_key_head_dim=32, linear_value_head_dim=32,
                         linear_conv_kernel_dim=4,
@@ -259,16 +266,10 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
                                          "partial_rotary_factor": 0.25,
                                          "mrope_section": [11, 11, 10],
                                          "mrope_interleaved": True})
-        cfg = transformers.Qwen3_5Config(
-            text_config=text_cfg, vision_config=vision, image_token_id=ids("<|image_pad|>"),
-            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
-            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+        cfg = transformers.Qwen3_5Config(text_config=text_cfg, vision_config=QWEN3_VISION,
+                                         **qwen_ids)
         cls = transformers.Qwen3_5ForConditionalGeneration
-        pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
-                      patch_size=16, merge_size=2)
-        processor = transformers.Qwen3VLProcessor(
-            image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
-            video_processor=transformers.Qwen3VLVideoProcessor(**pixels))
+        processor = _qwen3_vl_processor(tok)
         renames = []
     elif arch == "llama4_vl":
         marks = ["<|image_start|>", "<|image|>", "<|patch|>", "<|image_end|>",
