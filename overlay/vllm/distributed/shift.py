@@ -36,6 +36,17 @@ How:
   model's LM head (the vocabulary split over all TP*SP GPUs, not repeated
   on each SP rank); both modes return the hidden states of the whole step,
   and sampling stays the runner's.
+* A speculative drafter (draft model, EAGLE head, MTP layers) is built and
+  run in the full-TP layout only (``place_drafter``): after its first pass
+  over the step, every draft step holds one token per request, the small
+  steps full TP is for, and a drafter that borrows the target's embedding
+  or LM head borrows the full-TP model's, laid out as it is.  Its attention
+  layers cache the heads full TP puts on each GPU, which are the SP
+  model's: one KV cache still serves all three.  The target's verify steps
+  ((k+1) tokens per request) are ordinary steps: their size picks the mode,
+  drafts counted, and the threshold is a multiple of k+1 as well as of SP
+  (``ulysses.capture_multiple``) so that CUDA graphs padded for
+  speculation never carry a step across it.
 """
 
 from __future__ import annotations
@@ -66,6 +77,7 @@ class _Shift:
     layers: dict[str, Any]            # its layers by name (attention, MoE)
     threshold: int                    # effective: a multiple of SP
     sp_layers: dict[str, Any] = field(default_factory=dict)   # the SP model's, by name
+    drafter_layers: set[str] = field(default_factory=set)     # in the SP model's table
     shared_bytes: int = 0
     copied_bytes: int = 0
     steps: dict[str, int] = field(default_factory=lambda: {MODE_SP: 0, MODE_FULL_TP: 0})
@@ -73,6 +85,7 @@ class _Shift:
 
 _STATE: _Shift | None = None
 _BUILDING = False
+_DRAFTING = False
 
 
 # ---------------------------------------------------------------- config
@@ -82,12 +95,14 @@ def enabled(config: VllmConfig | ParallelConfig) -> bool:
     return bool(getattr(pc, "shift_parallel", False))
 
 
-def effective_threshold(pc: ParallelConfig) -> int:
-    """The threshold rounded up to a multiple of SP: every step is padded to
-    a multiple of SP, so a threshold between two multiples could not be
-    honoured exactly."""
-    sp = pc.sequence_parallel_size
-    return -(-pc.shift_parallel_threshold // sp) * sp
+def effective_threshold(config: VllmConfig | ParallelConfig) -> int:
+    """The threshold rounded up to a multiple of SP (and, with speculative
+    decoding, of k+1: ``ulysses.capture_multiple``): every step is padded
+    to such a multiple, so a threshold between two could not be honoured
+    exactly."""
+    pc = getattr(config, "parallel_config", config)
+    m = ulysses.capture_multiple(config)
+    return -(-pc.shift_parallel_threshold // m) * m
 
 
 def validate_parallel_config(pc: ParallelConfig) -> None:
@@ -122,7 +137,7 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError("--shift-parallel does not support LoRA yet: the full-TP model would "
                          "need its own adapters; drop --enable-lora or --shift-parallel")
     mc = config.model_config
-    if mc is not None and mc.runner_type != "generate":
+    if mc is not None and mc.runner_type not in ("generate", "draft"):
         raise ValueError(f"--shift-parallel supports generative models only, not runner "
                          f"'{mc.runner_type}'")
     if config.load_config.load_format in ("sharded_state", "tensorizer"):
@@ -130,7 +145,7 @@ def verify_config(config: VllmConfig) -> None:
                          "checkpoints: they hold one TP layout's shards, the full-TP model "
                          "needs another; use a plain checkpoint")
     budget = config.scheduler_config.max_num_batched_tokens
-    t = effective_threshold(config.parallel_config)
+    t = effective_threshold(config)
     if budget is not None and budget <= t:
         # Legal (it is plain full TP with a spare SP model), but rarely meant:
         # the default threshold is large enough to meet a small batch budget.
@@ -146,7 +161,7 @@ def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     graph belongs to the one mode that replays it."""
     if not enabled(config) or not sizes:
         return sizes
-    t = effective_threshold(config.parallel_config)
+    t = effective_threshold(config)
     if t < max(sizes) and t not in sizes:
         sizes = sorted(sizes + [t])
     full_tp = [s for s in sizes if s <= t]
@@ -188,7 +203,7 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     the full-TP model with ``load`` and makes ``model.forward`` pick the
     mode per step.  Returns ``model``."""
     global _STATE, _BUILDING
-    if not enabled(vllm_config) or _BUILDING:
+    if not enabled(vllm_config) or _BUILDING or _DRAFTING:
         return model
     from vllm.compilation.backends import set_model_tag
 
@@ -201,7 +216,7 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     finally:
         _BUILDING = False
     state = _Shift(full, cfg.compilation_config.static_forward_context,
-                   effective_threshold(vllm_config.parallel_config),
+                   effective_threshold(vllm_config),
                    vllm_config.compilation_config.static_forward_context)
     state.shared_bytes = share_weights(model, full)
     ulysses_multimodal.share_side_inputs(model, full)
@@ -318,6 +333,16 @@ def _dispatch(model: torch.nn.Module, state: _Shift) -> None:
 
     model.forward = forward
     model.compute_logits = compute_logits
+    if hasattr(model, "set_aux_hidden_state_layers"):
+        # EAGLE-3 reads the target's intermediate hidden states: both models
+        # must return them, whichever mode a step runs in.
+        set_aux = model.set_aux_hidden_state_layers
+
+        def set_aux_hidden_state_layers(layers):
+            set_aux(layers)
+            full.set_aux_hidden_state_layers(layers)
+
+        model.set_aux_hidden_state_layers = set_aux_hidden_state_layers
 
 
 @contextmanager
@@ -363,6 +388,47 @@ def _guard_weight_updates(model: torch.nn.Module, state: _Shift) -> None:
     state.model.load_weights = load_weights
 
 
+# ---------------------------------------------------------------- drafter
+
+def place_drafter(drafter: Any, config: VllmConfig) -> Any:
+    """Called by the runner with its speculative proposer: under Shift, a
+    proposer with a model builds it and runs it in the full-TP layout (see
+    the module docstring), borrowing from the full-TP model.  The drafter's
+    attention layers join the runner's own table (the forward context and
+    the KV cache find them as upstream does); ``bind_kv_cache`` leaves
+    them to upstream.  Returns the same object, so the runner's type checks
+    hold.  Without Shift, or for n-gram and suffix lookup, a no-op."""
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    if not enabled(config) or not isinstance(drafter, SpecDecodeBaseProposer):
+        return drafter
+    load_model = drafter.load_model
+
+    def load_in_full_tp(target: torch.nn.Module) -> None:
+        global _DRAFTING
+        _DRAFTING = True
+        try:
+            with ulysses.as_full_tp():
+                load_model(full_tp_model() or target)
+        finally:
+            _DRAFTING = False
+        if _STATE is not None:
+            _STATE.drafter_layers = set(drafter._draft_attn_layer_names)
+
+    drafter.load_model = load_in_full_tp
+    for name in ("propose", "dummy_run"):
+        setattr(drafter, name, _in_full_tp(getattr(drafter, name)))
+    return drafter
+
+
+def _in_full_tp(fn: Callable) -> Callable:
+    def call(*args, **kwargs):
+        with ulysses.as_full_tp():
+            return fn(*args, **kwargs)
+
+    return call
+
+
 # ---------------------------------------------------------------- KV cache
 
 def bind_kv_cache(kv_caches: dict[str, torch.Tensor]) -> None:
@@ -370,6 +436,7 @@ def bind_kv_cache(kv_caches: dict[str, torch.Tensor]) -> None:
     the full-TP model's layers of the same names get the same tensors."""
     if _STATE is None:
         return
+    kv_caches = {n: t for n, t in kv_caches.items() if n not in _STATE.drafter_layers}
     missing = [name for name in kv_caches if name not in _STATE.layers]
     if missing:
         raise RuntimeError(f"shift parallelism: the full-TP model has no layer {missing[0]} "
@@ -423,7 +490,7 @@ def step_stats(config: VllmConfig, num_scheduled_tokens: int) -> tuple[str, int]
     that many tokens (see the module docstring)."""
     if not enabled(config) or num_scheduled_tokens <= 0:
         return None
-    if num_scheduled_tokens <= effective_threshold(config.parallel_config):
+    if num_scheduled_tokens <= effective_threshold(config):
         return MODE_FULL_TP, num_scheduled_tokens
     return MODE_SP, num_scheduled_tokens
 

@@ -38,6 +38,7 @@ off (see ``verify_config``).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -413,13 +414,18 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
             input_ids = shard_tokens(input_ids)
         if inputs_embeds is not None:
             inputs_embeds = shard_tokens(inputs_embeds)
+        hidden = kwargs.get("hidden_states")
+        if isinstance(hidden, torch.Tensor) and hidden.shape[0] == total:
+            # A drafter's input (EAGLE, MTP): the target's hidden states,
+            # one row per token of the step.
+            kwargs["hidden_states"] = shard_tokens(hidden)
         positions = shard_tokens(positions, dim=positions.dim() - 1)
         if intermediate_tensors is not None:
-            intermediate_tensors = IntermediateTensors(
+            # (Passed only when given: a drafter's forward has no such argument.)
+            kwargs["intermediate_tensors"] = IntermediateTensors(
                 {k: shard_tokens(v) for k, v in intermediate_tensors.tensors.items()})
         with _dp_sizes_of_slices():
-            out = inner(input_ids=input_ids, positions=positions,
-                        intermediate_tensors=intermediate_tensors, inputs_embeds=inputs_embeds,
+            out = inner(input_ids=input_ids, positions=positions, inputs_embeds=inputs_embeds,
                         **kwargs)
         if isinstance(out, IntermediateTensors):
             return IntermediateTensors({k: gather_tokens(v) for k, v in out.tensors.items()})
@@ -454,7 +460,11 @@ def validate_parallel_config(pc: ParallelConfig) -> None:
                          "--distributed-executor-backend ray, is supported)")
 
 
-SP_SPECULATIVE_METHODS = ("ngram",)
+# Methods whose drafts are verified in ordinary target steps, with a drafter
+# (if any) that runs in the target's layout: ``shift.place_drafter``.  The
+# others have proposers of their own (Medusa heads, MLP speculators, block
+# drafters, per-group metadata) that nothing here lays out.
+SP_SPECULATIVE_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 
 
 def verify_config(config: VllmConfig) -> None:
@@ -487,28 +497,12 @@ def verify_config(config: VllmConfig) -> None:
         from vllm.distributed import ulysses_linear
 
         ulysses_linear.verify_hybrid(config)
-    if mc.runner_type != "generate":
+    if mc.runner_type not in ("generate", "draft"):   # draft: a drafter's own config
         raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
                          f"runner '{mc.runner_type}'; use -sp 1")
-    heads = mc.model_arch_config.total_num_attention_heads
-    kv_heads = mc.get_total_num_kv_heads()
-    if heads % (tp * sp):
-        raise ValueError(f"{what} has {heads} attention heads, not divisible by "
-                         f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}; "
-                         "choose TP*SP dividing the head count")
-    kv_per_tp = max(1, kv_heads // tp)
-    if kv_per_tp % sp and sp % kv_per_tp:
-        raise ValueError(f"{what} has {kv_heads} KV heads ({kv_per_tp} per TP rank), which "
-                         f"sequence_parallel_size={sp} neither divides nor is a multiple of; "
-                         "choose SP dividing or a multiple of the KV heads per TP rank")
-    spec = config.speculative_config
-    if spec is not None and spec.method not in SP_SPECULATIVE_METHODS:
-        # A drafter model would be built with the target's SP exchange and
-        # run on unpadded steps; n-gram lookup has no model: its drafts are
-        # verified in an ordinary (padded, SP-split) target step.
-        raise ValueError(f"sequence_parallel_size > 1 supports speculative decoding by n-gram "
-                         f"prompt lookup only (method 'ngram'), not '{spec.method}' yet; use "
-                         "--speculative-config '{\"method\": \"ngram\", ...}' or -sp 1")
+    _check_heads(mc, tp, sp, what)
+    if config.speculative_config is not None:
+        verify_speculative(config)
     sc = config.scheduler_config
     if sc.max_num_batched_tokens % sp:
         raise ValueError(f"max_num_batched_tokens={sc.max_num_batched_tokens} must be a "
@@ -524,6 +518,70 @@ def verify_config(config: VllmConfig) -> None:
                        "differently", sp, clashing)
     for name in clashing:
         setattr(passes, name, False)
+
+
+def _check_heads(mc: Any, tp: int, sp: int, what: str) -> None:
+    heads = mc.model_arch_config.total_num_attention_heads
+    kv_heads = mc.get_total_num_kv_heads()
+    if heads % (tp * sp):
+        raise ValueError(f"{what} has {heads} attention heads, not divisible by "
+                         f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}; "
+                         "choose TP*SP dividing the head count")
+    kv_per_tp = max(1, kv_heads // tp)
+    if kv_per_tp % sp and sp % kv_per_tp:
+        raise ValueError(f"{what} has {kv_heads} KV heads ({kv_per_tp} per TP rank), which "
+                         f"sequence_parallel_size={sp} neither divides nor is a multiple of; "
+                         "choose SP dividing or a multiple of the KV heads per TP rank")
+
+
+def verify_speculative(config: VllmConfig) -> None:
+    """Speculative decoding under SP: the method, and the drafter model held
+    to the target's rules (its attention layers run the same exchange, or
+    full TP under Shift, and cache the same heads per GPU)."""
+    pc, spec = config.parallel_config, config.speculative_config
+    sp, tp = pc.sequence_parallel_size, pc.tensor_parallel_size
+    if spec.method not in SP_SPECULATIVE_METHODS:
+        raise ValueError(f"sequence_parallel_size > 1 supports speculative decoding by "
+                         f"{', '.join(SP_SPECULATIVE_METHODS)}, not '{spec.method}' yet; "
+                         "choose one of those or use -sp 1")
+    if spec.method == "ngram":   # no model: its drafts are verified in target steps
+        return
+    if getattr(spec, "parallel_drafting", False):
+        raise ValueError("sequence_parallel_size > 1 does not support parallel drafting "
+                         "(P-EAGLE) yet: drop parallel_drafting or use -sp 1")
+    if getattr(spec, "num_speculative_tokens_per_batch_size", None):
+        raise ValueError("sequence_parallel_size > 1 needs a fixed num_speculative_tokens "
+                         "(it sizes the padded steps): drop the per-batch-size schedule")
+    if pc.pipeline_parallel_size > 1:
+        raise ValueError(f"sequence_parallel_size > 1 with a drafter ('{spec.method}') does "
+                         "not support pipeline parallelism yet: use -pp 1, or n-gram lookup")
+    draft_tp = getattr(spec.draft_parallel_config, "tensor_parallel_size", tp)
+    if draft_tp != tp:
+        raise ValueError(f"draft_tensor_parallel_size={draft_tp}: with sequence_parallel_size > "
+                         f"1 the drafter runs over the same TP*SP GPUs as the target; drop "
+                         f"draft_tensor_parallel_size or set it to {tp}")
+    dmc = spec.draft_model_config
+    if dmc is None:
+        return
+    what = f"the {spec.method} drafter {dmc.architecture}"
+    if dmc.use_mla:
+        raise ValueError(f"sequence_parallel_size > 1 does not support MLA attention ({what}); "
+                         "use -sp 1")
+    if dmc.is_hybrid or dmc.is_attention_free:
+        raise ValueError(f"sequence_parallel_size > 1 needs a drafter whose layers all use "
+                         f"attention; {what} does not; use -sp 1")
+    _check_heads(dmc, tp, sp, what)
+
+
+def capture_multiple(config: VllmConfig | ParallelConfig) -> int:
+    """What every CUDA-graph size (and Shift's threshold) is a multiple of:
+    SP, since steps are padded to it, and with speculative decoding also
+    k+1, to which vLLM rounds the sizes of its decode graphs (each request
+    of a verify step holds k+1 tokens)."""
+    pc = getattr(config, "parallel_config", config)
+    spec = getattr(config, "speculative_config", None)
+    k = getattr(spec, "num_speculative_tokens", None) or 0
+    return math.lcm(pc.sequence_parallel_size, k + 1)
 
 
 CROSS_NODE_ENV = "VLLM_SP_ALLOW_CROSS_NODE"
@@ -609,11 +667,20 @@ def default_max_capture_size(config: VllmConfig, upstream: int) -> int:
 
 def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     """CUDA-graph capture sizes must be multiples of SP: a padded step has
-    to land on a captured size to replay it."""
+    to land on a captured size to replay it.  With speculative decoding
+    they are rounded up to multiples of ``capture_multiple`` instead, as
+    vLLM rounds them up to multiples of k+1 itself later (for its decode
+    graphs): that rounding is then the identity, and every size stays a
+    multiple of SP."""
     sp = config.parallel_config.sequence_parallel_size
     if sp == 1:
         return sizes
-    kept = [s for s in sizes if s % sp == 0]
-    if len(kept) != len(sizes):
-        logger.info("Ulysses SP: CUDA-graph capture sizes kept to multiples of %d: %s", sp, kept)
+    m = capture_multiple(config)
+    if m == sp:
+        kept = [s for s in sizes if s % sp == 0]
+    else:
+        largest = max(sizes, default=m)
+        kept = sorted({-(-s // m) * m for s in sizes if -(-s // m) * m <= largest}) or [m]
+    if kept != sizes:
+        logger.info("Ulysses SP: CUDA-graph capture sizes kept to multiples of %d: %s", m, kept)
     return kept
