@@ -1,8 +1,10 @@
-"""The OpenAI-compatible server started with `-sp 2 --shift-parallel` (CPU
-engine; prefills run in SP, decodes in full TP): a completion that equals
-transformers' greedy output (as TP=1's: test_e2e_sp), a streamed chat completion, the
-per-mode step counters on /metrics, a bad request that fails alone while
-the server keeps serving, and a soak of ~100 mixed requests with client
+"""The OpenAI-compatible server started with `-sp 2 --shift-parallel` and
+n-gram speculative decoding (CPU engine; prefills run in SP, decodes and
+their verify steps in full TP): a completion that equals transformers'
+greedy output (as TP=1's: test_e2e_sp), drafts proposed and accepted on
+/metrics for a repetitive prompt, a streamed chat completion, the per-mode
+step counters on /metrics, a bad request that fails alone while the server
+keeps serving, and a soak of ~100 mixed requests with client
 cancellations."""
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from harness.server import serve
 pytestmark = pytest.mark.e2e
 
 THRESHOLD = 8
+NGRAM = ('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, '
+         '"prompt_lookup_min": 2}')
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +35,8 @@ def model(llama):
 def server(model, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     with serve(model, ["-sp", "2", "--shift-parallel", "--shift-parallel-threshold",
-                       str(THRESHOLD), "--max-model-len", "512", "--enforce-eager",
+                       str(THRESHOLD), "--speculative-config", NGRAM,
+                       "--max-model-len", "512", "--enforce-eager",
                        "--dtype", "float32", "--seed", "0"], log, ranks=2) as base:
         yield base, log
 
@@ -88,6 +93,35 @@ def test_completion_matches_transformers(server, model):
     ids = tok(prompt)["input_ids"]
     ref = hf_greedy(model, [ids], 6)
     assert body["choices"][0]["text"].split() == tok.decode(ref[0]).split()
+
+
+def spec_counters(base: str) -> tuple[float, float]:
+    return tuple(sum(v for _, v in samples(base, f"vllm:spec_decode_num_{what}_total"))
+                 for what in ("draft_tokens", "accepted_tokens"))
+
+
+def test_speculation_matches_transformers(server, model):
+    """A prompt that repeats itself: n-gram lookup drafts from it, the
+    full-TP verify steps accept some, and the text is transformers' greedy
+    output all the same."""
+    from transformers import AutoTokenizer
+
+    base, _ = server
+    prompt = " ".join(["w27 w28 w29 w30"] * 12)
+    before = spec_counters(base)
+    body = json.load(post(base + "/v1/completions", {
+        "model": str(model), "prompt": prompt, "max_tokens": 16, "temperature": 0.0,
+        "ignore_eos": True}))
+    tok = AutoTokenizer.from_pretrained(model)
+    ref = hf_greedy(model, [tok(prompt)["input_ids"]], 16)
+    assert body["choices"][0]["text"].split() == tok.decode(ref[0]).split()
+    deadline = time.time() + 30           # stats reach the frontend after the output
+    while True:
+        drafted, accepted = (a - b for a, b in zip(spec_counters(base), before))
+        if accepted > 0 or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert drafted > 0 and accepted > 0, (drafted, accepted)
 
 
 def test_streamed_chat(server, model):

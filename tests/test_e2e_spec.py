@@ -1,15 +1,26 @@
 """Speculative decoding under SP and Shift on the real vLLM CPU engine.
 
-N-gram prompt lookup (``--speculative-config '{"method": "ngram", ...}'``)
-has no draft model: its k drafts per request are verified in one target
-step of k+1 tokens per request, which SP pads and splits like any other
-step and Shift runs in SP or full TP by its size.  So one
-``-tp 2 -sp 2 --shift-parallel`` engine covers SP (prefill and large verify
-steps at TP=2 x SP=2) and full TP=4 (small verify steps) over one KV cache;
-it must equal TP=1 with the same speculation in greedy tokens and logprobs,
-and both must accept drafts.  Greedy speculation never changes the tokens:
-TP=1 without it gives the same ones.  Drafter models (draft_model, EAGLE,
-MTP) stay refused under SP (test_ulysses_config).
+Greedy speculation never changes the tokens, so every layout with a
+drafter must give TP=1's tokens *without* speculation (``plain``), and its
+drafts must be the ones TP=1 with the same drafter makes: equal draft and
+accept counters, or (a draft model equal to its target) every draft
+accepted.  A drafter that computed anything else in SP or full TP would
+propose other tokens.
+
+Where the drafter runs (``shift.place_drafter``): with the SP exchange
+under ``-sp`` (its steps padded to SP, its ``hidden_states`` input sliced
+like the tokens), in full TP under ``--shift-parallel`` (borrowing the
+full-TP model's embedding and LM head); the target's verify steps (k+1
+tokens per request) pick their mode by size like any step.  One layout per
+method, so that together they cover both placements, the TP=2 x SP=2
+layout with KV heads replicated, the borrowed modules and the aux hidden
+states from both target models:
+
+* n-gram (no model), ``-tp 2 -sp 2 --shift-parallel``;
+* draft model (the target itself), ``-sp 2``: SP drafter, own embedding;
+* EAGLE-3 head, ``-tp 2 -sp 2``, and ``-tp 2 -sp 2 --shift-parallel``
+  compiled by Inductor;
+* MTP (MiMo's layer), ``-sp 2 --shift-parallel``.
 """
 
 from __future__ import annotations
@@ -17,13 +28,13 @@ from __future__ import annotations
 import pytest
 
 from harness.compare import assert_same
+from harness.drafters import make_eagle3, make_mimo
 from harness.engine import run_engine
 from harness.workload import PROMPTS
 
 pytestmark = pytest.mark.e2e
 
-NGRAM = dict(speculative_config=dict(method="ngram", num_speculative_tokens=3,
-                                     prompt_lookup_max=3, prompt_lookup_min=2))
+NGRAM = dict(method="ngram", num_speculative_tokens=3, prompt_lookup_max=3, prompt_lookup_min=2)
 # Repetitive prompts (lookup finds their n-grams; the tiny random model's
 # greedy continuations repeat too), one longer than the 64-token step, and
 # two of the workload's, which give lookup little to find.
@@ -32,18 +43,76 @@ PROMPTS_SPEC = [([11, 12, 13, 14, 15] * 12)[:57], ([30, 31, 32, 33] * 20)[:77],
 ENGINE = dict(max_tokens=24, max_num_batched_tokens=64, block_size=16)
 
 
-def run(model, **kw):
+def run(model, spec: dict | None = None, **kw):
+    if spec is not None:
+        # (A drafter needs room in the step for one token per request.)
+        kw.update(speculative_config=spec, max_num_seqs=8)
     return run_engine(model, PROMPTS_SPEC, **ENGINE, **kw)
 
 
-def test_ngram_speculation_under_shift(llama):
-    plain = run(llama)
-    ref = run(llama, **NGRAM)
-    got = run(llama, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8, **NGRAM)
+@pytest.fixture(scope="module")
+def plain(llama):
+    """TP=1 without speculation: the tokens every layout must give."""
+    return run(llama)
+
+
+def check_served(got, sp_steps: int, full_tp_steps: int):
+    for rank in got.shift:
+        assert rank["served"]["sp"] >= sp_steps, rank
+        assert rank["served"]["full_tp"] >= full_tp_steps, rank
+        assert rank["same_tensors"], rank
+
+
+def test_ngram_speculation_under_shift(llama, plain):
+    ref = run(llama, NGRAM)
+    got = run(llama, NGRAM, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8)
     assert ref.tokens == plain.tokens, "greedy speculation changed TP=1's tokens"
     assert_same(ref, got, what="ngram, TP=2xSP=2 shift vs TP=1")
-    for r in (ref, got):
-        assert r.spec["drafted"] > 0 and r.spec["accepted"] > 0, r.spec
-    assert got.spec["accepted"] == ref.spec["accepted"], (got.spec, ref.spec)
-    for rank in got.shift:
-        assert rank["served"]["sp"] >= 2 and rank["served"]["full_tp"] >= 5, rank
+    assert got.spec == ref.spec and got.spec["accepted"] > 0, (got.spec, ref.spec)
+    check_served(got, 2, 5)
+
+
+def test_draft_model_under_sp(llama, plain):
+    """The target as its own draft model, k=2: every draft must be accepted,
+    which holds only if the SP drafter computes what the target does."""
+    spec = dict(method="draft_model", model=str(llama), num_speculative_tokens=2)
+    got = run(llama, spec, sp=2)
+    assert_same(plain, got, what="draft model, SP=2 vs TP=1 without speculation")
+    assert got.spec["drafted"] > 0 and got.spec["accepted"] == got.spec["drafted"], got.spec
+
+
+def test_eagle3_under_sp_and_shift(llama, plain, models_dir, tmp_path):
+    """The Shift engine is compiled as a CPU user gets it: the SP model, the
+    full-TP model and the EAGLE head each get their own compile artefacts
+    (one per config hash and model tag)."""
+    head = make_eagle3(models_dir, llama)
+    spec = dict(method="eagle3", model=str(head), num_speculative_tokens=2)
+    ref = run(llama, spec)
+    assert ref.tokens == plain.tokens, "greedy speculation changed TP=1's tokens"
+    assert ref.spec["accepted"] > 0, ref.spec
+    got = run(llama, spec, tp=2, sp=2)
+    assert_same(plain, got, what="EAGLE-3, TP=2xSP=2 vs TP=1 without speculation")
+    assert got.spec == ref.spec, (got.spec, ref.spec)
+    got = run(llama, spec, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=12,
+              enforce_eager=False,
+              env={"TORCHDYNAMO_DISABLE": "0", "VLLM_CACHE_ROOT": str(tmp_path)})
+    assert_same(plain, got, what="EAGLE-3, TP=2xSP=2 shift compiled vs TP=1 eager "
+                                 "without speculation")
+    assert got.spec == ref.spec, (got.spec, ref.spec)
+    check_served(got, 2, 5)
+    artefacts = list((tmp_path / "torch_compile_cache").glob("*/*/rank_0_0/model"))
+    assert len(artefacts) == 3, artefacts
+
+
+def test_mtp_under_shift(models_dir):
+    """MiMo's MTP layer (k=1) borrows the target's embedding and LM head:
+    under Shift the full-TP model's."""
+    mimo = make_mimo(models_dir)
+    spec = dict(method="mtp", num_speculative_tokens=1)
+    plain = run(mimo)
+    ref = run(mimo, spec)
+    assert ref.tokens == plain.tokens and ref.spec["accepted"] > 0, ref.spec
+    got = run(mimo, spec, sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_same(plain, got, what="MTP, SP=2 shift vs TP=1 without speculation")
+    assert got.spec == ref.spec, (got.spec, ref.spec)
+    check_served(got, 2, 5)

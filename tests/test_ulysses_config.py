@@ -205,19 +205,6 @@ def test_multimodal_off_the_list_rejected(tmp_path):
     assert "Qwen3VLForConditionalGeneration" in line and "use -sp 1" in line, line
 
 
-def test_speculation_by_a_drafter_rejected_ngram_accepted(llama):
-    """A drafter model under SP is refused in one line naming the method
-    that serves (n-gram prompt lookup, which has no model); n-gram passes."""
-    with pytest.raises(Exception) as excinfo:
-        engine_config(llama, sequence_parallel_size=2, speculative_config=dict(
-            method="draft_model", model=str(llama), num_speculative_tokens=2))
-    line = error_line(excinfo, "not 'draft_model' yet")
-    assert "n-gram" in line and "-sp 1" in line, line
-    cfg = engine_config(llama, sequence_parallel_size=2, speculative_config=dict(
-        method="ngram", num_speculative_tokens=3, prompt_lookup_max=3))
-    assert cfg.speculative_config.method == "ngram"
-
-
 def test_encoder_decoder_rejected(tmp_path):
     from transformers import BartConfig
 

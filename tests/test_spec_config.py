@@ -1,0 +1,113 @@
+"""Speculative decoding with SP and Shift in the engine config: the methods
+served, one-line refusals of the rest before any worker starts, and the
+CUDA-graph sizes and Shift threshold as multiples of lcm(SP, k+1), so that
+vLLM's own rounding for verify steps (k+1 tokens per request) keeps every
+padded step on a multiple of SP and never carries it across the threshold."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.config import cli_rejects, engine_config, error_line
+from harness.drafters import make_eagle3, make_mimo
+
+
+def ngram(k: int) -> dict:
+    return dict(method="ngram", num_speculative_tokens=k, prompt_lookup_max=3)
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle3", "mtp"])
+@pytest.mark.parametrize("shift", [False, True])
+def test_methods_accepted(llama, models_dir, method, shift):
+    target, spec = llama, ngram(3)
+    if method == "draft_model":
+        spec = dict(method=method, model=str(llama), num_speculative_tokens=2)
+    elif method == "eagle3":
+        spec = dict(method=method, model=str(make_eagle3(models_dir, llama)),
+                    num_speculative_tokens=2)
+    elif method == "mtp":
+        target, spec = make_mimo(models_dir), dict(method=method, num_speculative_tokens=1)
+    cfg = engine_config(target, tensor_parallel_size=2, sequence_parallel_size=2,
+                        shift_parallel=shift, speculative_config=spec)
+    assert cfg.speculative_config.method == method
+    if method != "ngram":
+        # The drafter runs over the target's GPUs, in its rank layout.
+        draft = cfg.speculative_config.draft_parallel_config
+        assert (draft.sequence_parallel_size, draft.shift_parallel) == (2, shift)
+        assert draft.world_size == cfg.parallel_config.world_size
+    # SP lays out the V1 runner's drafters: V2 is not chosen.
+    assert "speculative decoding with sequence_parallel_size > 1" in \
+        cfg._get_v2_model_runner_unsupported_features()
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(speculative_config=dict(method="ngram_gpu", num_speculative_tokens=2,
+                                  prompt_lookup_max=3)),
+     "not 'ngram_gpu' yet"),
+    (dict(tensor_parallel_size=2, speculative_config=dict(
+        method="draft_model", model="{llama}", num_speculative_tokens=2,
+        draft_tensor_parallel_size=1)),
+     "draft_tensor_parallel_size=1"),
+    (dict(pipeline_parallel_size=2, speculative_config=dict(
+        method="draft_model", model="{llama}", num_speculative_tokens=2)),
+     "does not support pipeline parallelism yet"),
+])
+def test_refused_in_one_line(llama, kw, needle):
+    spec = kw.get("speculative_config", {})
+    if spec.get("model") == "{llama}":
+        spec["model"] = str(llama)
+    with pytest.raises(Exception) as excinfo:
+        engine_config(llama, sequence_parallel_size=2, **kw)
+    line = error_line(excinfo, needle)
+    assert "sequence_parallel_size" in line, line
+
+
+def test_cli_refuses_an_unserved_method(llama):
+    out = cli_rejects(llama, ["-sp", "2", "--speculative-config",
+                              '{"method": "ngram_gpu", "num_speculative_tokens": 2}'])
+    assert "not 'ngram_gpu' yet" in out, out[-3000:]
+
+
+def graph_sizes(cfg, k: int) -> list[int]:
+    """vLLM's sizing on a GPU (the CPU config is eager), then the V1 runner's
+    rounding for speculative decoding, which must change nothing."""
+    from vllm.config import CUDAGraphMode
+
+    cc = cfg.compilation_config
+    cfg.model_config.enforce_eager = False
+    cc.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = None, None
+    cfg._set_cudagraph_sizes()
+    sizes = list(cc.cudagraph_capture_sizes)
+    cc.adjust_cudagraph_sizes_for_spec_decode(k + 1, cfg.parallel_config.tensor_parallel_size)
+    assert cc.cudagraph_capture_sizes == sizes, "vLLM's k+1 rounding moved the sizes"
+    return sizes
+
+
+@pytest.mark.parametrize("sp", [2, 4])
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("threshold", [7, 256, 1024])
+def test_sizes_and_threshold_are_multiples_of_sp_and_k_plus_1(llama, sp, k, threshold):
+    """Padding never crosses the threshold (as test_shift_config, with the
+    runner's padding of verify steps): the worker's mode for the padded
+    step equals the scheduler's for the scheduled one, every n."""
+    from vllm.distributed import shift
+
+    cfg = engine_config(llama, sequence_parallel_size=sp, shift_parallel=True,
+                        shift_parallel_threshold=threshold, speculative_config=ngram(k),
+                        max_num_batched_tokens=4096, max_num_seqs=256)
+    sizes = graph_sizes(cfg, k)
+    m = math.lcm(sp, k + 1)
+    assert sizes and all(s % m == 0 for s in sizes), (m, sizes)
+    t = shift.effective_threshold(cfg)
+    assert t % m == 0 and t >= threshold and (t in sizes or t > max(sizes)), (t, sizes)
+
+    def padded(n):          # what the runners do: a captured size, else a multiple of SP
+        fits = [s for s in sizes if s >= n]
+        return fits[0] if fits else -(-n // sp) * sp
+
+    for n in range(1, 4097):
+        mode, _ = shift.step_stats(cfg, n)
+        assert (mode == "full_tp") == (padded(n) <= t), (n, padded(n), t)
