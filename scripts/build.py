@@ -238,6 +238,22 @@ def slug_of(name: str) -> str:
     return re.sub(r"^\d{4}-", "", name.removesuffix(".patch"))
 
 
+def carry_group_comments(before: dict[str, list[str]], kept: set[str]) -> dict[str, list[str]]:
+    """The comments above each kept slug.  A dropped patch's comment block
+    may open a group (``# ----`` and a paragraph on the whole group) before
+    the paragraph on the patch itself: everything up to its last ``#`` line
+    moves down to the next kept patch, the patch's own paragraph goes."""
+    out, carried = {}, []
+    for slug, comments in before.items():
+        if slug in kept:
+            out[slug] = carried + comments
+            carried = []
+        else:
+            cut = max((i for i, line in enumerate(comments) if line.strip() == "#"), default=-1)
+            carried += comments[:cut + 1]
+    return out
+
+
 def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
                   comments_from: Path | None = None) -> list[str]:
     """Write the commits ``base..HEAD`` of a work tree out as the series: one
@@ -271,7 +287,8 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
         names.append(name)
     header, before = read_series_blocks(comments_from or out) \
         if (comments_from or out).joinpath("series").exists() else ([], {})
-    before = {slug_of(n): c for n, c in before.items()}   # numbers may have moved
+    before = carry_group_comments({slug_of(n): c for n, c in before.items()},  # numbers
+                                  {slug_of(n) for n in names})                 # may move
     lines = [f"# Applied in order by build.sh onto the pristine vLLM {version} sdist."] + header
     for n in names:
         lines += before.get(slug_of(n), []) + [n]

@@ -237,7 +237,8 @@ def finish(state: dict) -> int:
         sums = {**state["lock"], **state["record"]}
         wanted = [f"vllm-{new}.tar.gz"] + list(state["wheels"].values())
         (out / "SHA256SUMS").write_text("".join(f"{sums[f]}  {f}\n" for f in wanted))
-        lines += ["", f"Written: patches/v{new}/ ({len(state['done'])} patches; "
+        kept = sum(r != "empty" for _, r, _ in state["done"])
+        lines += ["", f"Written: patches/v{new}/ ({kept} patches; "
                   f"SHA256SUMS of {', '.join(wanted)})"]
     touched = b.git(tree, "diff", "--name-only", f"pristine-{new}", "--", "vllm",
                     merge=False).stdout.split()

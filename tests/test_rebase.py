@@ -133,6 +133,21 @@ def test_stops_at_conflict_then_continues_and_exports(toy):
     assert not (toy / "work" / "state.json").exists()
 
 
+def test_dropped_patch_hands_its_group_header_on():
+    """A patch upstream made `empty` goes with its own comment paragraph;
+    the group header above it (up to its last `#` line) moves down to the
+    next patch, so the series keeps its `# ----` upstream-fixes section."""
+    build = script_module("build")
+    before = {"a": ["# A."],
+              "fix": ["# ----", "# Upstream fixes.", "#", "# Fix: upstream has it now."],
+              "other": ["# Other: still needed."], "b": ["# B."]}
+    assert build.carry_group_comments(before, {"a", "other", "b"}) == {
+        "a": ["# A."], "other": ["# ----", "# Upstream fixes.", "#", "# Other: still needed."],
+        "b": ["# B."]}
+    assert build.carry_group_comments(before, {"a", "b"})["b"] == [
+        "# ----", "# Upstream fixes.", "#", "# B."]
+
+
 def test_report_never_fails_and_names_conflicts(toy):
     (toy / "overlay" / "vllm" / "extra.py").write_text("from vllm.config import gone\n")
     r = rebase(toy, "--report", "0.2.0")
