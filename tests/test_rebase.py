@@ -88,7 +88,8 @@ def toy(tmp_path):
 
 def rebase(toy: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REBASE), *args, "--from", "0.1.0", "--cache", str(toy / "cache"),
+        [sys.executable, str(REBASE), *args, "--no-build", "--from", "0.1.0",
+         "--cache", str(toy / "cache"),
          "--patches-dir", str(toy / "patches"), "--overlay-dir", str(toy / "overlay"),
          "--work-dir", str(toy / "work")], text=True, capture_output=True, timeout=120)
 
