@@ -255,13 +255,14 @@ def carry_group_comments(before: dict[str, list[str]], kept: set[str]) -> dict[s
 
 
 def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
-                  comments_from: Path | None = None) -> list[str]:
+                  comments_from: Path | list[Path] | None = None) -> list[str]:
     """Write the commits ``base..HEAD`` of a work tree out as the series: one
     ``NNNN-slug.patch`` per commit whose header is the commit message, plus the
     ``series`` file (grouping comments kept from ``comments_from``'s series,
     matched by slug).  NNNN is the commit's place; the slug comes from a
     ``Patch: NNNN-slug`` line in the message, else from the subject.  Commits
-    named ``overlay`` are skipped (overlay/ lives in this repo)."""
+    named ``overlay`` are skipped (overlay/ lives in this repo).  Given several
+    series directories, a patch's comments come from the first that has it."""
     out.mkdir(parents=True, exist_ok=True)
     commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD", merge=False).stdout.split()
     for old in out.glob("*.patch"):
@@ -285,10 +286,18 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
                    merge=False).stdout
         (out / name).write_text(msg.rstrip() + "\n\n" + diff)
         names.append(name)
-    header, before = read_series_blocks(comments_from or out) \
-        if (comments_from or out).joinpath("series").exists() else ([], {})
-    before = carry_group_comments({slug_of(n): c for n, c in before.items()},  # numbers
-                                  {slug_of(n) for n in names})                 # may move
+    sources = comments_from if isinstance(comments_from, list) else [comments_from or out]
+    sources = [d for d in sources if d.joinpath("series").exists()]
+    kept = {slug_of(n) for n in names}
+    header, before = [], {}
+    for i, src in enumerate(sources):
+        src_header, src_before = read_series_blocks(src)
+        src_before = {slug_of(n): c for n, c in src_before.items()}   # numbers may move
+        if i == 0:
+            header, before = src_header, carry_group_comments(src_before, kept)
+        else:   # a patch the first series lacks: its own comments from this one
+            before.update({k: c for k, c in src_before.items()
+                           if k in kept and k not in before})
     lines = [f"# Applied in order by build.sh onto the pristine vLLM {version} sdist."] + header
     for n in names:
         lines += before.get(slug_of(n), []) + [n]
