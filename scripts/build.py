@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import csv
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -422,19 +424,22 @@ def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path) ->
                 add(f"{new_info}/{extra}", src.read(f"{old_info}/{extra}"))
 
         # Hashes of the members copied raw come from the official RECORD.
+        # RECORD is CSV: a name with a comma (vLLM's fused-MoE configs,
+        # "E=1,N=14336,...json") is quoted, else pip warns on each and
+        # cannot tell the path from the hash.
         official = {}
-        for row in src.read(f"{old_info}/RECORD").decode().splitlines():
-            parts = row.rsplit(",", 2)
-            if len(parts) == 3 and parts[1]:
-                official[parts[0]] = parts[1]
-        lines = []
+        for row in csv.reader(io.StringIO(src.read(f"{old_info}/RECORD").decode())):
+            if len(row) == 3 and row[1]:
+                official[row[0]] = row[1]
+        out_record = io.StringIO()
+        writer = csv.writer(out_record, lineterminator="\n")
         for name, digest, size in records:
             if digest is None:
                 digest = official.get(name) or record_hash(src.read(name))
-            lines.append(f"{name},{digest},{size}")
-        lines.append(f"{new_info}/RECORD,,")
+            writer.writerow([name, digest, size])
+        writer.writerow([f"{new_info}/RECORD", "", ""])
         dst.writestr(zipfile.ZipInfo(f"{new_info}/RECORD", (2026, 1, 1, 0, 0, 0)),
-                     "\n".join(lines) + "\n", compress_type=zipfile.ZIP_DEFLATED)
+                     out_record.getvalue(), compress_type=zipfile.ZIP_DEFLATED)
     tmp.rename(out)
     log(f"wheel: {out} ({out.stat().st_size / 2**20:.0f} MiB, "
         f"{len(tree_files)} files from the patched tree, {len(deleted)} deleted)")

@@ -4,7 +4,9 @@ binaries, installed version carries our tag, errors are one clear line."""
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -131,11 +133,12 @@ def test_wheel_is_patched_tree_plus_official_binaries(flavor):
         if flavor == "cpu":
             assert f"Requires-Dist: torch=={VERSION and '2.11.0'}" in meta
             assert "+cpu" not in meta.split("Requires-Dist", 1)[1].split("\n\n")[0]
-        record = w.read(f"{info}/RECORD").decode().splitlines()
         listed = {}
-        for row in record:
-            path, digest, size = row.rsplit(",", 2)
+        for row in csv.reader(io.StringIO(w.read(f"{info}/RECORD").decode())):
+            assert len(row) == 3, row          # names with commas quoted, as pip reads them
+            path, digest, size = row
             listed[path] = (digest, size)
+        assert any("," in n for n in listed), "vLLM ships names with commas: none seen"
         assert set(listed) == {n for n in names if not n.endswith("/")}
         for n, (digest, size) in listed.items():
             if n.endswith("RECORD"):
