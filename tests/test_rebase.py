@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -88,7 +89,8 @@ def toy(tmp_path):
 
 def rebase(toy: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REBASE), *args, "--from", "0.1.0", "--cache", str(toy / "cache"),
+        [sys.executable, str(REBASE), *args, "--no-build", "--from", "0.1.0",
+         "--cache", str(toy / "cache"),
          "--patches-dir", str(toy / "patches"), "--overlay-dir", str(toy / "overlay"),
          "--work-dir", str(toy / "work")], text=True, capture_output=True, timeout=120)
 
@@ -131,6 +133,57 @@ def test_stops_at_conflict_then_continues_and_exports(toy):
     assert sums[0] == hashlib.sha256(
         (toy / "cache/downloads/vllm-0.2.0.tar.gz").read_bytes()).hexdigest()
     assert not (toy / "work" / "state.json").exists()
+
+
+def test_existing_port_keeps_its_patches_and_ports_a_new_one(toy):
+    """A patch added to the older series after the port (the usual case:
+    a feature lands on the CPU-tested release first) is ported alone: the
+    existing port's patches are kept as they are, so its hand resolutions
+    are not asked again, and the new patch takes its place in the series."""
+    assert rebase(toy, "0.2.0").returncode == 1
+    tree = toy / "work" / "tree"
+    (tree / "vllm/runner.py").write_text("def step(n):\n    n += 2\n    return n\n")
+    assert rebase(toy, "--continue").returncode == 0
+    old = toy / "patches" / "v0.1.0"
+    (old / "0004-config-a.patch").write_text(
+        patch("config: f adds one\n\nWhy: the toy's new feature.", "vllm/config.py",
+              "    return A", "    return A + 1"))
+    series = (old / "series").read_text().replace(
+        "# Then the runner.", "# The new feature.\n0004-config-a.patch\n# Then the runner.")
+    (old / "series").write_text(series)
+
+    r = rebase(toy, "0.2.0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0001-config-b.patch: kept" in r.stdout and "0002-runner-step.patch: kept" in r.stdout
+    assert re.search(r"0004-config-a.patch: (clean|merged)$", r.stdout, flags=re.M)
+    assert "0003-fix-x.patch: empty" in r.stdout        # dropped again, as in the port
+    out = toy / "patches" / "v0.2.0"
+    assert (out / "series").read_text() == textwrap.dedent("""\
+        # Applied in order by build.sh onto the pristine vLLM 0.2.0 sdist.
+        # Config first.
+        0001-config-b.patch
+        # The new feature.
+        0002-config-a.patch
+        # Then the runner.
+        0003-runner-step.patch
+        """)
+    assert "+    return A + 1" in (out / "0002-config-a.patch").read_text()
+    assert "+    n += 2" in (out / "0003-runner-step.patch").read_text()
+
+
+def test_dropped_patch_hands_its_group_header_on():
+    """A patch upstream made `empty` goes with its own comment paragraph;
+    the group header above it (up to its last `#` line) moves down to the
+    next patch, so the series keeps its `# ----` upstream-fixes section."""
+    build = script_module("build")
+    before = {"a": ["# A."],
+              "fix": ["# ----", "# Upstream fixes.", "#", "# Fix: upstream has it now."],
+              "other": ["# Other: still needed."], "b": ["# B."]}
+    assert build.carry_group_comments(before, {"a", "other", "b"}) == {
+        "a": ["# A."], "other": ["# ----", "# Upstream fixes.", "#", "# Other: still needed."],
+        "b": ["# B."]}
+    assert build.carry_group_comments(before, {"a", "b"})["b"] == [
+        "# ----", "# Upstream fixes.", "#", "# B."]
 
 
 def test_report_never_fails_and_names_conflicts(toy):

