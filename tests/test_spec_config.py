@@ -11,7 +11,8 @@ import math
 import pytest
 
 from harness.config import cli_rejects, engine_config, error_line
-from harness.drafters import make_eagle3, make_mimo
+from harness.drafters import make_eagle3, make_mimo, make_qwen3_next_mtp
+from harness.models import make_model
 
 
 def ngram(k: int) -> dict:
@@ -62,6 +63,22 @@ def test_refused_in_one_line(llama, kw, needle):
         engine_config(llama, sequence_parallel_size=2, **kw)
     line = error_line(excinfo, needle)
     assert "sequence_parallel_size" in line, line
+
+
+@pytest.mark.parametrize("method", ["mtp", "ngram"])
+def test_hybrid_target_refused(models_dir, method):
+    """Qwen3-Next with its own MTP layer at SP=2 parted from TP=1 with the
+    same MTP within 8 tokens on the CPU engine (while SP=2 without
+    speculation equals TP=1 bit for bit): verify steps through Gated-DeltaNet
+    layers under SP are refused, whatever drafts, until they are right."""
+    target = make_model(models_dir, "qwen3_next", heads=8, kv_heads=2, layers=4, head_dim=256,
+                        dtype="bfloat16")
+    spec = ngram(3) if method == "ngram" else dict(method="mtp", num_speculative_tokens=1)
+    with pytest.raises(Exception) as excinfo:
+        engine_config(make_qwen3_next_mtp(models_dir, target), sequence_parallel_size=2,
+                      speculative_config=spec)
+    line = error_line(excinfo, "does not support speculative decoding on a hybrid model")
+    assert "Qwen3NextForCausalLM" in line and "-sp 1" in line, line
 
 
 def test_cli_refuses_an_unserved_method(llama):

@@ -137,3 +137,44 @@ def make_mimo(root: Path, *, seed: int = 0) -> Path:
     tmp.rename(path)
     return path
 
+
+
+def make_qwen3_next_mtp(root: Path, target: Path) -> Path:
+    """``target`` (a Qwen3-Next checkpoint of ``models``) with the MTP layer
+    Qwen3-Next ships (``mtp.*``: a gated full-attention MoE decoder layer
+    behind ``fc``), served with ``method: mtp``.  The layer is a copy of the
+    target's last full-attention layer, so its shapes and MoE are the
+    target's own; ``fc`` picks the target's hidden state."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = Path(root) / f"{target.name}-mtp1"
+    if (path / "config.json").exists():
+        return path
+    cfg = json.loads((target / "config.json").read_text())
+    h = cfg["hidden_size"]
+    full = max(i for i, t in enumerate(cfg["layer_types"]) if t == "full_attention")
+    weights = {}
+    for f in sorted(target.glob("*.safetensors")):
+        weights.update(load_file(f))
+    dtype = weights["lm_head.weight"].dtype
+    src = f"model.layers.{full}."
+    t = {"mtp.layers.0." + k[len(src):]: v.clone() for k, v in weights.items()
+         if k.startswith(src)}
+    fc = _small(h, 2 * h, seed=40)
+    fc[:, h:] += torch.eye(h)                # [embedding | hidden]: the hidden state
+    t["mtp.fc.weight"] = fc
+    t["mtp.norm.weight"] = weights["model.norm.weight"].clone()
+    for n in ("pre_fc_norm_hidden", "pre_fc_norm_embedding"):
+        t[f"mtp.{n}.weight"] = torch.zeros(h)   # Qwen3-Next's norms scale by 1 + weight
+    tmp = path.with_suffix(".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for f in target.iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name != "config.json":
+            (tmp / f.name).write_bytes(f.read_bytes())
+    save_file({**weights, **{k: v.to(dtype).contiguous() for k, v in t.items()}},
+              tmp / "model.safetensors", metadata={"format": "pt"})
+    cfg["num_nextn_predict_layers"] = 1
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
+    tmp.rename(path)
+    return path
