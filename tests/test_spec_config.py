@@ -6,6 +6,7 @@ padded step on a multiple of SP and never carries it across the threshold."""
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -98,7 +99,11 @@ def graph_sizes(cfg, k: int) -> list[int]:
     cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = None, None
     cfg._set_cudagraph_sizes()
     sizes = list(cc.cudagraph_capture_sizes)
-    cc.adjust_cudagraph_sizes_for_spec_decode(k + 1, cfg.parallel_config.tensor_parallel_size)
+    adjust = cc.adjust_cudagraph_sizes_for_spec_decode
+    if len(inspect.signature(adjust).parameters) == 2:    # up to 0.32: also TP's size
+        adjust(k + 1, cfg.parallel_config.tensor_parallel_size)
+    else:
+        adjust(k + 1)
     assert cc.cudagraph_capture_sizes == sizes, "vLLM's k+1 rounding moved the sizes"
     return sizes
 
