@@ -545,10 +545,11 @@ def verify_speculative(config: VllmConfig) -> None:
                          f"{', '.join(SP_SPECULATIVE_METHODS)}, not '{spec.method}' yet; "
                          "choose one of those or use -sp 1")
     if config.model_config.is_hybrid:
-        # Measured: Qwen3-Next with its MTP layer at SP=2 parts from TP=1
-        # with the same MTP within 8 tokens on the CPU engine (it equals TP=1
-        # without speculation bit for bit): verify steps through the
-        # Gated-DeltaNet layers are not yet right under SP, whatever drafts.
+        # Not yet held to TP=1: on the CPU engine vLLM's own TP=1 with
+        # Qwen3-Next's MTP layer gives one of two continuations of a chunked
+        # prompt from run to run, and SP=2 gave either (equal to TP=1's run
+        # in 2 of 3 runs), so no test can tell SP's verify steps through
+        # the Gated-DeltaNet layers right from wrong yet.
         raise ValueError(f"sequence_parallel_size > 1 does not support speculative decoding "
                          f"on a hybrid model ({config.model_config.architecture}) yet: drop "
                          "--speculative-config or use -sp 1")
