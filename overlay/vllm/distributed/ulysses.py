@@ -548,7 +548,7 @@ def verify_speculative(config: VllmConfig) -> None:
         # Not yet held to TP=1: on the CPU engine vLLM's own TP=1 with
         # Qwen3-Next's MTP layer gives one of two continuations of a chunked
         # prompt from run to run, and SP=2 gave either (equal to TP=1's run
-        # in 2 of 3 runs), so no test can tell SP's verify steps through
+        # in 2 of 4 runs), so no test can tell SP's verify steps through
         # the Gated-DeltaNet layers right from wrong yet.
         raise ValueError(f"sequence_parallel_size > 1 does not support speculative decoding "
                          f"on a hybrid model ({config.model_config.architecture}) yet: drop "
