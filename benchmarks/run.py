@@ -97,9 +97,33 @@ LAYOUTS = {
     "arctic_shift_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2",
                                            "--enable-shift-parallel"]),
 }
+# The 8-GPU matrix at the seeds' setting (Llama-3.1-70B, FP8): 64 query and 8 KV heads, so
+# SP=8 gives each rank 8 query heads and one KV head; shift serves TP=2 x SP=4 and switches to
+# TP=8 (the same GPUs) on small batches.
+LAYOUTS.update({
+    "tp8": ("official", 8, ["-tp", "8"]),
+    "dp4_tp2": ("official", 8, ["-dp", "4", "-tp", "2"]),
+    "tp2_sp4": ("ours", 8, ["-tp", "2", "-sp", "4"]),
+    "sp8": ("ours", 8, ["-sp", "8"]),
+    "shift_tp2_sp4": ("ours", 8, ["-tp", "2", "-sp", "4", "--shift-parallel"]),
+    "arctic_tp2_sp4": ("arctic", 8, ["-tp", "2", "--ulysses-sequence-parallel-size", "4"]),
+    "arctic_shift_tp2_sp4": ("arctic", 8, ["-tp", "2", "--ulysses-sequence-parallel-size", "4",
+                                           "--enable-shift-parallel"]),
+})
+# FP8 rows: weights quantized online from the dummy bf16 ones (`_fp8`), and the KV cache in
+# FP8 as well (`_fp8kv`).  tp1_fp8* are the one-H200 dry run of the 70B FP8 shape.
+for _n in ("tp1", "tp8", "dp4_tp2", "tp2_sp4", "sp8", "shift_tp2_sp4", "arctic_tp2_sp4",
+           "arctic_shift_tp2_sp4"):
+    _install, _gpus, _args = LAYOUTS[_n]
+    LAYOUTS[f"{_n}_fp8"] = (_install, _gpus, [*_args, "--quantization", "fp8"])
+    LAYOUTS[f"{_n}_fp8kv"] = (_install, _gpus, [*_args, "--quantization", "fp8",
+                                                 "--kv-cache-dtype", "fp8"])
 # our layout -> the peer's same layout (the ratio the issue asks for: at least as good)
 PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift", "tp2_sp2": "arctic_tp2_sp2",
-        "shift_tp2_sp2": "arctic_shift_tp2_sp2"}
+        "shift_tp2_sp2": "arctic_shift_tp2_sp2",
+        **{f"{a}{q}": f"{b}{q}" for q in ("", "_fp8", "_fp8kv")
+           for a, b in (("tp2_sp4", "arctic_tp2_sp4"),
+                        ("shift_tp2_sp4", "arctic_shift_tp2_sp4"))}}
 DEFAULT_THRESHOLD = 1024                            # --shift-parallel-threshold's default
 for _n in (8, 32, 64, 128, 256, 512, 1024, 2048):  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
@@ -121,10 +145,51 @@ WORKLOADS = {
 for _r in (2, 4, 8, 16, 32):                        # latency-throughput curve, Poisson arrivals
     WORKLOADS[f"rate{_r}"] = ["--random-input-len", "2000", "--random-output-len", "250",
                               "--num-prompts", str(max(40, 6 * _r)), "--request-rate", str(_r)]
+# The Shift paper's setting: 4k in / 250 out, one user and at saturation; its curve.  lat128k
+# needs --max-model-len 131072 (the shape's max_position_embeddings); 130000 + 64 fits it.
+WORKLOADS.update({
+    "lat4k": ["--random-input-len", "4000", "--random-output-len", "250", "--num-prompts", "6",
+              "--max-concurrency", "1"],
+    "sat4k": ["--random-input-len", "4000", "--random-output-len", "250", "--num-prompts", "1000"],
+    "lat128k": ["--random-input-len", "130000", "--random-output-len", "64", "--num-prompts", "2",
+                "--max-concurrency", "1"],
+    # the one-H200 dry run: the same 4k/250 saturation, small enough for one GPU and a 70B
+    "sat4k_small": ["--random-input-len", "4000", "--random-output-len", "250",
+                    "--num-prompts", "64"],
+})
+for _r in (1, 2, 4, 8, 16, 32, 64):                 # the paper's curve: 4k/250, Poisson arrivals
+    WORKLOADS[f"q4k_{_r}"] = ["--random-input-len", "4000", "--random-output-len", "250",
+                              "--num-prompts", str(max(16, 8 * _r)), "--request-rate", str(_r)]
+
+
+def rate_of(workload: str) -> float | None:
+    """Requests/s of a latency-throughput workload (rateN: 2000/250, q4k_N: 4000/250)."""
+    m = re.fullmatch(r"(?:rate|q4k_)(\d+)", workload)
+    return float(m.group(1)) if m else None
+
+
+# Bursty arrivals, replayed by run.py itself (`burst_trace`): phases of (name, seconds,
+# requests), each phase's requests at uniform random times inside it (seeded), so bursts of
+# many requests land on a server still decoding the quiet phase's.  4000 in / 250 out, as the
+# paper's 4k/250; `burst` is the 8-GPU trace, `burst1` the one-H200 dry run's.
+BURSTS = {
+    "burst": dict(isl=4000, osl=250, phases=[
+        ("quiet1", 20.0, 20), ("burst1", 1.0, 128), ("quiet2", 30.0, 30), ("burst2", 1.0, 256),
+        ("quiet3", 30.0, 30)]),
+    "burst1": dict(isl=4000, osl=250, phases=[
+        ("quiet1", 10.0, 5), ("burst1", 1.0, 16), ("quiet2", 15.0, 6), ("burst2", 1.0, 24),
+        ("quiet3", 10.0, 4)]),
+}
 DEFAULT_WORKLOADS = ["lat1k", "lat8k", "lat32k", "sat"]
 SPECIAL_WORKLOADS = {"ctx": "context sweep: HTTP 400 past --max-model-len, healthy after",
-                     "soak": "1200 mixed requests at 256 users, 10% cancelled mid-stream"}
+                     "soak": "1200 mixed requests at 256 users, 10% cancelled mid-stream",
+                     **{b: "bursty arrivals, TTFT/TPOT per phase" for b in BURSTS}}
 MAX_MODEL_LEN = {False: 34000, True: 4096}          # GPU shapes, the tiny dry run
+MAX_LEN_ARG: list[int] = []                         # run.py --max-model-len, when given
+
+
+def max_model_len(shape: str) -> int:
+    return MAX_LEN_ARG[0] if MAX_LEN_ARG else MAX_MODEL_LEN[shape == "tiny"]
 
 
 # ---------------------------------------------------------------- models
@@ -204,7 +269,7 @@ def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
            "--served-model-name", "m", "--port", str(port), "--host", "127.0.0.1",
            "--load-format", "dummy", "--seed", "0", *args, *extra]
-    cmd += ["--max-model-len", str(MAX_MODEL_LEN[shape == "tiny"])]
+    cmd += ["--max-model-len", str(max_model_len(shape))]
     if shape == "tiny":
         cmd += ["--enforce-eager", "--dtype", "float32"]
     with open(log, "w") as out:
@@ -393,6 +458,117 @@ def context_sweep(base: str, out_dir: Path, max_model_len: int) -> None:
                            f"/health {alive}")
 
 
+def burst_schedule(name: str, shape: str) -> tuple[int, int, list[tuple[str, float]]]:
+    """(input tokens, output tokens, [(phase, arrival s)] sorted) of a BURSTS trace; the tiny
+    shape keeps its phases' order with 128/16 tokens, a quarter of the time and <= 8 requests a
+    phase."""
+    import random
+    spec = BURSTS[name]
+    isl, osl, phases = spec["isl"], spec["osl"], spec["phases"]
+    if shape == "tiny":
+        isl, osl = 128, 16
+        phases = [(p, secs / 4, min(n, 8)) for p, secs, n in phases]
+    rng = random.Random(0)
+    arrivals, t = [], 0.0
+    for phase, secs, n in phases:
+        arrivals += [(phase, t + rng.uniform(0, secs)) for _ in range(n)]
+        t += secs
+    return isl, osl, sorted(arrivals, key=lambda a: a[1])
+
+
+def pct(xs: list[float], p: float) -> float:
+    """The p-quantile (0..1) of xs, nearest rank; nan when empty."""
+    xs = sorted(xs)
+    return xs[round(p * (len(xs) - 1))] if xs else float("nan")
+
+
+def burst_trace(name: str, shape: str, base: str, out_dir: Path) -> None:
+    """Replay a BURSTS trace against the server: every request streamed (/v1/completions,
+    ignore_eos, exact lengths), sent at its arrival time whatever is still running.  Per
+    request: phase, arrival, TTFT, TPOT ((last token - first) / (tokens - 1)); per phase and
+    over all: median and p99 of both -> <name>.json."""
+    import asyncio
+    import random
+    try:
+        import aiohttp
+    except ImportError:      # the host's own python3: take it from the vLLM install's packages
+        sys.path.append(SITES["official"])
+        import aiohttp
+
+    isl, osl, arrivals = burst_schedule(name, shape)
+    vocab = min(100000, SHAPES[shape][1] - 3)
+    rng = random.Random(1)
+    # distinct random words: no prefix-cache hits; one word is one token (+ BOS = isl)
+    prompts = [" ".join(word(rng.randrange(vocab)) for _ in range(isl - 1)) for _ in arrivals]
+
+    async def one(session, prompt: str, at: float, t0: float) -> dict:
+        await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+        start = time.perf_counter()
+        body = {"model": "m", "prompt": prompt, "max_tokens": osl, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+        first = last = None
+        tokens = 0
+        try:
+            async with session.post(base + "/v1/completions", json=body) as resp:
+                if resp.status != 200:
+                    return {"start": start - t0, "error": f"HTTP {resp.status}: "
+                            + (await resp.text())[:300]}
+                async for raw in resp.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                        continue
+                    chunk = json.loads(line[5:])
+                    if chunk.get("choices") and chunk["choices"][0].get("text"):
+                        last = time.perf_counter()
+                        first = first or last
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+        except (TimeoutError, aiohttp.ClientError) as e:
+            return {"start": start - t0, "error": repr(e)[:300]}
+        if first is None or tokens != osl:
+            return {"start": start - t0, "error": f"{tokens} of {osl} tokens"}
+        return {"start": start - t0, "ttft": first - start,
+                "tpot": (last - first) / max(1, tokens - 1), "e2el": last - start}
+
+    async def replay() -> list[dict]:
+        timeout = aiohttp.ClientTimeout(total=1800)
+        async with aiohttp.ClientSession(timeout=timeout,
+                                         connector=aiohttp.TCPConnector(limit=0)) as session:
+            warm = " ".join(word(rng.randrange(vocab)) for _ in range(isl - 1))
+            await one(session, warm, 0.0, time.perf_counter())     # warm-up, not measured
+            t0 = time.perf_counter() + 0.5
+            return await asyncio.gather(*(one(session, p, at, t0)
+                                          for p, (_, at) in zip(prompts, arrivals)))
+
+    before = server_times(base)
+    t_start = time.time()
+    rows = asyncio.run(replay())
+    seconds = time.time() - t_start
+    for row, (phase, at) in zip(rows, arrivals):
+        row.update(phase=phase, scheduled=at)
+
+    def stats(rs: list[dict]) -> dict:
+        ok = [r for r in rs if "ttft" in r]
+        ttft, tpot = [1e3 * r["ttft"] for r in ok], [1e3 * r["tpot"] for r in ok]
+        return {"requests": len(rs), "completed": len(ok),
+                "median_ttft_ms": pct(ttft, .5), "p99_ttft_ms": pct(ttft, .99),
+                "median_tpot_ms": pct(tpot, .5), "p99_tpot_ms": pct(tpot, .99)}
+    phases = list(dict.fromkeys(p for p, _ in arrivals))
+    result = {"trace": name, "input_len": isl, "output_len": osl, "seconds": seconds,
+              "phases": {p: stats([r for r in rows if r["phase"] == p]) for p in phases},
+              **stats(rows),
+              "output_throughput": osl * sum("ttft" in r for r in rows) / seconds,
+              "server": server_means(before, server_times(base)),
+              "rows": rows}
+    out = out_dir / f"{name}.json"
+    out.write_text(json.dumps(result))
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        out.rename(out.with_suffix(".failed.json"))              # not done: rerun next time
+        raise RuntimeError(f"{name}: {len(errors)} of {len(rows)} failed, e.g. "
+                           f"{errors[0]['error']}")
+
+
 def gpu_memory_used_mib() -> list[int]:
     """memory.used of every GPU of the host (empty without nvidia-smi)."""
     try:
@@ -461,9 +637,11 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
             t1 = time.time()
             try:
                 if w == "ctx":
-                    context_sweep(base, out_dir, MAX_MODEL_LEN[shape == "tiny"])
+                    context_sweep(base, out_dir, max_model_len(shape))
                 elif w == "soak":
                     soak(shape, out_dir, base)
+                elif w in BURSTS:
+                    burst_trace(w, shape, base, out_dir)
                 else:
                     bench(layout, w, shape, model, port, out_dir)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -768,10 +946,14 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                     help=f"comma list of {sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
     ap.add_argument("--serve-args", default="", help="extra `vllm serve` arguments")
+    ap.add_argument("--max-model-len", type=int,
+                    help="serve with this context (default 34000; lat128k needs 131072)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)         # probe (internal)
     ap.add_argument("--tokenizer", help=argparse.SUPPRESS)
     ap.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.max_model_len:
+        MAX_LEN_ARG.append(a.max_model_len)
     if a.what == "probe":
         probe(a.port, a.tokenizer, a.workloads, a.probe_out)
     elif a.what == "setup":
