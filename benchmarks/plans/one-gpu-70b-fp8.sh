@@ -15,3 +15,8 @@ step tp1_fp8 python3 benchmarks/run.py layout tp1_fp8 --shape 70b \
 step report python3 benchmarks/run.py report --shape 70b
 step tp1_fp8kv python3 benchmarks/run.py layout tp1_fp8kv --shape 70b --workloads lat4k,burst1
 step report2 python3 benchmarks/run.py report --shape 70b
+# A second session (RESUME: the first's res.tgz): one user at 128k (130000
+# tokens, --max-model-len 131072) and two more points of the 4k curve.
+step tp1_fp8_long python3 benchmarks/run.py layout tp1_fp8 --shape 70b --max-model-len 131072 \
+  --workloads lat128k,q4k_2,q4k_4
+step report3 python3 benchmarks/run.py report --shape 70b
