@@ -124,6 +124,14 @@ PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift", "tp2_sp2": "arctic_tp2_sp2
         **{f"{a}{q}": f"{b}{q}" for q in ("", "_fp8", "_fp8kv")
            for a, b in (("tp2_sp4", "arctic_tp2_sp4"),
                         ("shift_tp2_sp4", "arctic_shift_tp2_sp4"))}}
+# Published figures the 8-GPU rows are read against (not measured here).  The Shift paper,
+# 8xH200, Llama-70B FP8, 4k in / 250 out; its bursty trace is its own (ours: BURSTS["burst"]).
+# "tok/s" as the paper states it.  The seeds (8xH100, Llama-70B FP8): TP=2xSP=4 has 3.71x
+# shorter TTFT than TP=2 and 40.9% more throughput than TP=8.
+PAPER = {"shift": dict(ttft=102, tpot=10.1, tput=37400, burst_ttft=148, burst_tpot=51),
+         "TP=8": dict(ttft=159, tpot=9.34, tput=24700, burst_ttft=3930, burst_tpot=85),
+         "DP": dict(ttft=614, tpot=22.5, tput=45900, burst_ttft=1355, burst_tpot=83)}
+SEEDS = {"TTFT, TP=2xSP=4 vs TP=2": 3.71, "throughput, TP=2xSP=4 vs TP=8": 1.409}
 DEFAULT_THRESHOLD = 1024                            # --shift-parallel-threshold's default
 for _n in (8, 32, 64, 128, 256, 512, 1024, 2048):  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
@@ -811,15 +819,16 @@ def report(shape: str) -> str:
                          f"{sv.get('prefill_ms', float('nan')):.1f} | "
                          f"{sv['ttft_ms'] - inner:.1f} | "
                          f"{r['mean_ttft_ms'] - sv['ttft_ms']:.1f} |")
-    curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
+    lines += paper_sections(res)
+    curves = [n for n in LAYOUTS if any(rate_of(w) for w in res.get(n, {}))]
     if curves:
-        lines += table("Latency-throughput (Poisson arrivals, 2000 in / 250 out; "
-                       "`latency_throughput.png`):",
-                       ["layout", "requests/s", "achieved output tok/s", "TTFT p50 / p99 (ms)",
+        lines += table("Latency-throughput (Poisson arrivals; rateN: 2000 in / 250 out, q4k_N: "
+                       "4000 in / 250 out; `latency_throughput.png`):",
+                       ["layout", "workload", "achieved output tok/s", "TTFT p50 / p99 (ms)",
                         "TPOT p50 / p99 (ms)", "failed"])
         for n in curves:
-            for w in sorted((w for w in res[n] if w.startswith("rate")), key=lambda w: int(w[4:])):
-                lines.append(f"| {n} | {w[4:]} | {g(n, w, 'output_throughput')} | "
+            for w in sorted((w for w in res[n] if rate_of(w)), key=lambda w: (w[0], rate_of(w))):
+                lines.append(f"| {n} | {w} | {g(n, w, 'output_throughput')} | "
                              f"{g(n, w, 'median_ttft_ms')} / {g(n, w, 'p99_ttft_ms')} | "
                              f"{g(n, w, 'median_tpot_ms', fmt='{:.2f}')} / "
                              f"{g(n, w, 'p99_tpot_ms', fmt='{:.2f}')} | {g(n, w, 'failed')} |")
@@ -845,6 +854,91 @@ def report(shape: str) -> str:
     return text
 
 
+def first_of(r: dict, *workloads: str) -> tuple[str, dict]:
+    """(name, result) of the first of workloads a layout has, else ("", {})."""
+    return next(((w, r[w]) for w in workloads if w in r), ("", {}))
+
+
+def paper_sections(res: dict) -> list[str]:
+    """The Shift paper's setting (4k in / 250 out at one user and at saturation, long
+    prompts, the bursty trace): one row per layout, the paper's own rows beside them, ratios
+    against TP=8, DP=4xTP=2 and the peer's same layout, and the trace per phase."""
+    rows = [n for n in LAYOUTS if any(w in res.get(n, {}) for w in
+                                      ("lat4k", "sat4k", "sat4k_small", "lat128k", *BURSTS))]
+    if not rows:
+        return []
+
+    def v(n, w, key, fmt="{:.0f}"):
+        x = res[n].get(w, {}).get(key)
+        return "—" if x is None else fmt.format(x)
+    out = table("The Shift paper's setting (4k in / 250 out; sat4k: 1000 at once, sat4k_small: "
+                "64; the bursty trace over all its requests; the paper's rows are its published "
+                "figures, 8xH200 FP8, not measured here):",
+                ["layout", "TTFT 4k 1 user (ms)", "TPOT 4k 1 user (ms)", "sat. total tok/s",
+                 "sat. output tok/s", "sat. TPOT p50 (ms)", "TTFT 8k", "TTFT 32k", "TTFT 128k",
+                 "bursty: trace", "TTFT p50 / p99", "TPOT p50 / p99"])
+    for n in rows:
+        sat, _ = first_of(res[n], "sat4k", "sat4k_small")
+        b, _ = first_of(res[n], *BURSTS)
+        out.append(f"| {n} | {v(n, 'lat4k', 'median_ttft_ms')} | "
+                   f"{v(n, 'lat4k', 'median_tpot_ms', '{:.2f}')} | "
+                   f"{v(n, sat, 'total_token_throughput')} | {v(n, sat, 'output_throughput')} | "
+                   f"{v(n, sat, 'median_tpot_ms', '{:.1f}')} | {v(n, 'lat8k', 'median_ttft_ms')} | "
+                   f"{v(n, 'lat32k', 'median_ttft_ms')} | {v(n, 'lat128k', 'median_ttft_ms')} | "
+                   f"{b or '—'} | {v(n, b, 'median_ttft_ms')} / {v(n, b, 'p99_ttft_ms')} | "
+                   f"{v(n, b, 'median_tpot_ms', '{:.1f}')} / {v(n, b, 'p99_tpot_ms', '{:.1f}')} |")
+    for name, p in PAPER.items():
+        out.append(f"| *paper: {name}* | {p['ttft']} | {p['tpot']} | {p['tput']} (tok/s) | | | "
+                   f"| | | paper's | {p['burst_ttft']} / | {p['burst_tpot']} / |")
+
+    def refs_of(n):
+        q = next((q for q in ("_fp8kv", "_fp8") if n.endswith(q)), "")
+        base = n[:len(n) - len(q)] if q else n
+        if base == "dp4_tp2":           # tp8's row holds the pair
+            return []
+        # dp4_tp2 is also the seeds' TP=2 for one user (one replica serves one request)
+        own = [f"tp8{q}", f"dp4_tp2{q}", PEER.get(n, "")]
+        if base == "shift_tp2_sp4":
+            own.append(f"tp2_sp4{q}")
+        return [r for r in own if r and r in res and r != n]
+    pairs = [(n, r) for n in rows for r in refs_of(n)]
+    cols = [("lat4k", "median_ttft_ms", True), ("lat4k", "median_tpot_ms", True),
+            ("sat4k", "total_token_throughput", False), ("lat32k", "median_ttft_ms", True),
+            ("lat128k", "median_ttft_ms", True), ("burst", "median_ttft_ms", True),
+            ("burst", "median_tpot_ms", True)]
+    head = ["layout", "vs", "TTFT 4k", "TPOT 4k", "sat. total tok/s", "TTFT 32k", "TTFT 128k",
+            "bursty TTFT p50", "bursty TPOT p50"]
+    if pairs:
+        out += table("Ratios at 8 GPUs (TTFT and TPOT: reference / layout, higher is faster; "
+                     "throughput: layout / reference); the paper's own ratios below:", head)
+        for n, r in pairs:
+            cells = []
+            for w, key, inverse in cols:
+                a, b = res[n].get(w, {}).get(key), res[r].get(w, {}).get(key)
+                cells.append("—" if not a or not b else f"{(b / a if inverse else a / b):.2f}×")
+            out.append(f"| {n} | {r} | " + " | ".join(cells) + " |")
+        s, t, d = PAPER["shift"], PAPER["TP=8"], PAPER["DP"]
+        for name, ref in (("TP=8", t), ("DP", d)):
+            out.append(f"| *paper: shift* | *{name}* | {ref['ttft'] / s['ttft']:.2f}× | "
+                       f"{ref['tpot'] / s['tpot']:.2f}× | {s['tput'] / ref['tput']:.2f}× | | | "
+                       f"{ref['burst_ttft'] / s['burst_ttft']:.2f}× | "
+                       f"{ref['burst_tpot'] / s['burst_tpot']:.2f}× |")
+        out += ["", "The seeds (8xH100, Llama-70B FP8): "
+                + "; ".join(f"{k} {x:.2f}×" for k, x in SEEDS.items()) + "."]
+    bursty = [(n, b) for n in rows for b in BURSTS if b in res[n]]
+    if bursty:
+        out += table("The bursty trace per phase (`burst_timeline.png`: TTFT and TPOT of every "
+                     "request by arrival time; a burst's requests arrive within one second):",
+                     ["layout", "trace", "phase", "requests", "TTFT p50 / p99 (ms)",
+                      "TPOT p50 / p99 (ms)"])
+        for n, b in bursty:
+            for phase, st in res[n][b]["phases"].items():
+                out.append(f"| {n} | {b} | {phase} | {st['completed']} of {st['requests']} | "
+                           f"{st['median_ttft_ms']:.0f} / {st['p99_ttft_ms']:.0f} | "
+                           f"{st['median_tpot_ms']:.1f} / {st['p99_tpot_ms']:.1f} |")
+    return out
+
+
 def mid_waves(r: dict) -> dict:
     """TTFT p50/p90 (ms) of the requests that arrived in the opening burst
     (the first max_concurrency) and of those after it, and how bunched the
@@ -867,7 +961,7 @@ def sweep_points(res: dict, shape: str = "8b") -> list[tuple[int, str]]:
     """(threshold, layout) of every measured shift layout, sorted.  `shift` runs at
     the default, which changes between wheels: its threshold is read from its own
     server log (shift.py states it at startup), so old results keep their label."""
-    pts = [(int(n[len("shift_t"):]), n) for n in res if n.startswith("shift_t")]
+    pts = [(int(m.group(1)), n) for n in res if (m := re.fullmatch(r"shift_t(\d+)", n))]
     if "shift" in res:
         log = RES / shape / "shift" / "server.log"
         found = re.search(r"Shift parallelism: threshold (\d+) tokens",
@@ -897,21 +991,48 @@ def plot(shape: str, res: dict) -> None:
         ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
     fig.savefig(RES / shape / "layouts.png", dpi=100)
-    curves = [n for n in names if any(w.startswith("rate") for w in res[n])]
+    curves = [n for n in names if any(rate_of(w) for w in res[n])]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for n in curves:
-        pts = sorted((r["output_throughput"], r["median_ttft_ms"], r["median_tpot_ms"])
-                     for w, r in res[n].items() if w.startswith("rate"))
-        if pts:
-            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=n)
-            axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=n)
+        for family in ("rate", "q4k_"):
+            pts = sorted((r["output_throughput"], r["median_ttft_ms"], r["median_tpot_ms"])
+                         for w, r in res[n].items() if rate_of(w) and w.startswith(family))
+            if pts:
+                label = n if family == "rate" else f"{n} (4k/250)"
+                axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+                axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=label)
     for ax, t in zip(axes, ["p50 TTFT (ms)", "p50 TPOT (ms)"]):
         ax.set_xlabel("achieved output tok/s")
         ax.set_ylabel(t)
-        ax.legend()
+        if curves:
+            ax.legend()
     fig.tight_layout()
     if curves:
         fig.savefig(RES / shape / "latency_throughput.png", dpi=100)
+    plt.close("all")
+    bursty = [(n, b) for n in names for b in BURSTS if b in res[n]]
+    if bursty:
+        fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+        shaded = set()
+        for n, b in bursty:
+            rows = [r for r in res[n][b]["rows"] if "ttft" in r]
+            for ax, key, scale in ((axes[0], "ttft", 1e3), (axes[1], "tpot", 1e3)):
+                ax.plot([r["start"] for r in rows], [scale * r[key] for r in rows], ".",
+                        label=f"{n} ({b})", alpha=0.7)
+            for phase in res[n][b]["phases"]:
+                at = [r["scheduled"] for r in res[n][b]["rows"] if r["phase"] == phase]
+                if phase.startswith("burst") and (b, phase) not in shaded and at:
+                    shaded.add((b, phase))
+                    for ax in axes:
+                        ax.axvspan(min(at), max(at) + 0.2, color="orange", alpha=0.2)
+        for ax, t in zip(axes, ["TTFT (ms)", "TPOT (ms)"]):
+            ax.set_xlabel("arrival (s from the trace's start; bursts shaded)")
+            ax.set_ylabel(t)
+            ax.set_yscale("log")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(RES / shape / "burst_timeline.png", dpi=100)
+        plt.close("all")
     sweep = sweep_points(res, shape)
     if len(sweep) > 1:
         fig, axes = plt.subplots(1, 4, figsize=(20, 4))
