@@ -16,23 +16,33 @@
 # is ~9 min and two sessions hold about six.  Highest-value rows first; a report
 # after each tier, so a session cut anywhere leaves one.  Resumable: the second
 # session carries the first's res.tgz as RESUME.
-L="--shape 70b --max-model-len 131072"
-W=lat4k,sat4k,burst,lat8k,lat32k,lat128k
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 70b
+# Dry run without GPUs: PLAN_SHAPE=tiny serves run.py's 2-layer shape on the installed CPU
+# wheel (lengths capped at 256; the installs and hw steps fail there and are only logged):
+#   PATH=$PWD/.venv-cpu/bin:$PATH BENCH_DIR=/tmp/bt PLAN_SHAPE=tiny \
+#     bash benchmarks/session.sh run benchmarks/plans/eight-gpu.sh /nonexistent
+S=${PLAN_SHAPE:-70b}
+L="--shape $S"
+[[ $S == tiny ]] || L="$L --max-model-len 131072"
+W=lat4k,sat4k,burst,lat8k,lat32k,lat128k     # the high-value rows
+WS=lat4k,sat4k,burst,lat32k,lat128k          # SP without shift, SP=8
+WK=lat4k,sat4k,burst                         # the FP8 KV-cache rows
+C=q4k_1,q4k_4,q4k_8,q4k_16,q4k_32,q4k_64     # the curve
+# the CPU dry run (2 cores serve 8 ranks slowly): every step, only the bursty trace; FP8 is
+# dropped there (run.py serve)
+[[ $S == tiny ]] && W=burst WS=burst WK=burst C=burst   # (the curve step then finds its rows done)
+step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
 # tier 1 (session 1): Shift, its upstream reference, the peer's shift
 step shift python3 benchmarks/run.py layout shift_tp2_sp4_fp8 $L --workloads $W
 step tp8 python3 benchmarks/run.py layout tp8_fp8 $L --workloads $W
 step arctic_shift python3 benchmarks/run.py layout arctic_shift_tp2_sp4_fp8 $L --workloads $W
-step report1 python3 benchmarks/run.py report --shape 70b
+step report1 python3 benchmarks/run.py report --shape $S
 # tier 2 (session 2): DP, then SP without shift, ours and the peer's
 step dp python3 benchmarks/run.py layout dp4_tp2_fp8 $L --workloads $W
-step sp python3 benchmarks/run.py layout tp2_sp4_fp8 $L --workloads lat4k,sat4k,burst,lat32k,lat128k
-step arctic_sp python3 benchmarks/run.py layout arctic_tp2_sp4_fp8 $L \
-  --workloads lat4k,sat4k,burst,lat32k,lat128k
-step report2 python3 benchmarks/run.py report --shape 70b
+step sp python3 benchmarks/run.py layout tp2_sp4_fp8 $L --workloads $WS
+step arctic_sp python3 benchmarks/run.py layout arctic_tp2_sp4_fp8 $L --workloads $WS
+step report2 python3 benchmarks/run.py report --shape $S
 # tier 3 (a third session, if lent): the curve, SP=8, the FP8 KV cache row
-C=q4k_1,q4k_4,q4k_8,q4k_16,q4k_32,q4k_64
 step curve python3 benchmarks/run.py layout shift_tp2_sp4_fp8 tp8_fp8 dp4_tp2_fp8 $L --workloads $C
-step sp8 python3 benchmarks/run.py layout sp8_fp8 $L --workloads lat4k,sat4k,burst,lat32k,lat128k
-step fp8kv python3 benchmarks/run.py layout shift_tp2_sp4_fp8kv tp8_fp8kv $L --workloads lat4k,sat4k,burst
-step report3 python3 benchmarks/run.py report --shape 70b
+step sp8 python3 benchmarks/run.py layout sp8_fp8 $L --workloads $WS
+step fp8kv python3 benchmarks/run.py layout shift_tp2_sp4_fp8kv tp8_fp8kv $L --workloads $WK
+step report3 python3 benchmarks/run.py report --shape $S
