@@ -97,9 +97,41 @@ LAYOUTS = {
     "arctic_shift_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2",
                                            "--enable-shift-parallel"]),
 }
+# The 8-GPU matrix at the seeds' setting (Llama-3.1-70B, FP8): 64 query and 8 KV heads, so
+# SP=8 gives each rank 8 query heads and one KV head; shift serves TP=2 x SP=4 and switches to
+# TP=8 (the same GPUs) on small batches.
+LAYOUTS.update({
+    "tp8": ("official", 8, ["-tp", "8"]),
+    "dp4_tp2": ("official", 8, ["-dp", "4", "-tp", "2"]),
+    "tp2_sp4": ("ours", 8, ["-tp", "2", "-sp", "4"]),
+    "sp8": ("ours", 8, ["-sp", "8"]),
+    "shift_tp2_sp4": ("ours", 8, ["-tp", "2", "-sp", "4", "--shift-parallel"]),
+    "arctic_tp2_sp4": ("arctic", 8, ["-tp", "2", "--ulysses-sequence-parallel-size", "4"]),
+    "arctic_shift_tp2_sp4": ("arctic", 8, ["-tp", "2", "--ulysses-sequence-parallel-size", "4",
+                                           "--enable-shift-parallel"]),
+})
+# FP8 rows: weights quantized online from the dummy bf16 ones (`_fp8`), and the KV cache in
+# FP8 as well (`_fp8kv`).  tp1_fp8* are the one-H200 dry run of the 70B FP8 shape.
+for _n in ("tp1", "tp8", "dp4_tp2", "tp2_sp4", "sp8", "shift_tp2_sp4", "arctic_tp2_sp4",
+           "arctic_shift_tp2_sp4"):
+    _install, _gpus, _args = LAYOUTS[_n]
+    LAYOUTS[f"{_n}_fp8"] = (_install, _gpus, [*_args, "--quantization", "fp8"])
+    LAYOUTS[f"{_n}_fp8kv"] = (_install, _gpus, [*_args, "--quantization", "fp8",
+                                                 "--kv-cache-dtype", "fp8"])
 # our layout -> the peer's same layout (the ratio the issue asks for: at least as good)
 PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift", "tp2_sp2": "arctic_tp2_sp2",
-        "shift_tp2_sp2": "arctic_shift_tp2_sp2"}
+        "shift_tp2_sp2": "arctic_shift_tp2_sp2",
+        **{f"{a}{q}": f"{b}{q}" for q in ("", "_fp8", "_fp8kv")
+           for a, b in (("tp2_sp4", "arctic_tp2_sp4"),
+                        ("shift_tp2_sp4", "arctic_shift_tp2_sp4"))}}
+# Published figures the 8-GPU rows are read against (not measured here).  The Shift paper,
+# 8xH200, Llama-70B FP8, 4k in / 250 out; its bursty trace is its own (ours: BURSTS["burst"]).
+# "tok/s" as the paper states it.  The seeds (8xH100, Llama-70B FP8): TP=2xSP=4 has 3.71x
+# shorter TTFT than TP=2 and 40.9% more throughput than TP=8.
+PAPER = {"shift": dict(ttft=102, tpot=10.1, tput=37400, burst_ttft=148, burst_tpot=51),
+         "TP=8": dict(ttft=159, tpot=9.34, tput=24700, burst_ttft=3930, burst_tpot=85),
+         "DP": dict(ttft=614, tpot=22.5, tput=45900, burst_ttft=1355, burst_tpot=83)}
+SEEDS = {"TTFT, TP=2xSP=4 vs TP=2": 3.71, "throughput, TP=2xSP=4 vs TP=8": 1.409}
 DEFAULT_THRESHOLD = 1024                            # --shift-parallel-threshold's default
 for _n in (8, 32, 64, 128, 256, 512, 1024, 2048):  # the threshold sweep (2 GPUs)
     LAYOUTS[f"shift_t{_n}"] = ("ours", 2, ["-sp", "2", "--shift-parallel",
@@ -121,10 +153,51 @@ WORKLOADS = {
 for _r in (2, 4, 8, 16, 32):                        # latency-throughput curve, Poisson arrivals
     WORKLOADS[f"rate{_r}"] = ["--random-input-len", "2000", "--random-output-len", "250",
                               "--num-prompts", str(max(40, 6 * _r)), "--request-rate", str(_r)]
+# The Shift paper's setting: 4k in / 250 out, one user and at saturation; its curve.  lat128k
+# needs --max-model-len 131072 (the shape's max_position_embeddings); 130000 + 64 fits it.
+WORKLOADS.update({
+    "lat4k": ["--random-input-len", "4000", "--random-output-len", "250", "--num-prompts", "6",
+              "--max-concurrency", "1"],
+    "sat4k": ["--random-input-len", "4000", "--random-output-len", "250", "--num-prompts", "1000"],
+    "lat128k": ["--random-input-len", "130000", "--random-output-len", "64", "--num-prompts", "2",
+                "--max-concurrency", "1"],
+    # the one-H200 dry run: the same 4k/250 saturation, small enough for one GPU and a 70B
+    "sat4k_small": ["--random-input-len", "4000", "--random-output-len", "250",
+                    "--num-prompts", "64"],
+})
+for _r in (1, 2, 4, 8, 16, 32, 64):                 # the paper's curve: 4k/250, Poisson arrivals
+    WORKLOADS[f"q4k_{_r}"] = ["--random-input-len", "4000", "--random-output-len", "250",
+                              "--num-prompts", str(max(16, 8 * _r)), "--request-rate", str(_r)]
+
+
+def rate_of(workload: str) -> float | None:
+    """Requests/s of a latency-throughput workload (rateN: 2000/250, q4k_N: 4000/250)."""
+    m = re.fullmatch(r"(?:rate|q4k_)(\d+)", workload)
+    return float(m.group(1)) if m else None
+
+
+# Bursty arrivals, replayed by run.py itself (`burst_trace`): phases of (name, seconds,
+# requests), each phase's requests at uniform random times inside it (seeded), so bursts of
+# many requests land on a server still decoding the quiet phase's.  4000 in / 250 out, as the
+# paper's 4k/250; `burst` is the 8-GPU trace, `burst1` the one-H200 dry run's.
+BURSTS = {
+    "burst": dict(isl=4000, osl=250, phases=[
+        ("quiet1", 20.0, 20), ("burst1", 1.0, 128), ("quiet2", 30.0, 30), ("burst2", 1.0, 256),
+        ("quiet3", 30.0, 30)]),
+    "burst1": dict(isl=4000, osl=250, phases=[
+        ("quiet1", 10.0, 5), ("burst1", 1.0, 16), ("quiet2", 15.0, 6), ("burst2", 1.0, 24),
+        ("quiet3", 10.0, 4)]),
+}
 DEFAULT_WORKLOADS = ["lat1k", "lat8k", "lat32k", "sat"]
 SPECIAL_WORKLOADS = {"ctx": "context sweep: HTTP 400 past --max-model-len, healthy after",
-                     "soak": "1200 mixed requests at 256 users, 10% cancelled mid-stream"}
+                     "soak": "1200 mixed requests at 256 users, 10% cancelled mid-stream",
+                     **{b: "bursty arrivals, TTFT/TPOT per phase" for b in BURSTS}}
 MAX_MODEL_LEN = {False: 34000, True: 4096}          # GPU shapes, the tiny dry run
+MAX_LEN_ARG: list[int] = []                         # run.py --max-model-len, when given
+
+
+def max_model_len(shape: str) -> int:
+    return MAX_LEN_ARG[0] if MAX_LEN_ARG else MAX_MODEL_LEN[shape == "tiny"]
 
 
 # ---------------------------------------------------------------- models
@@ -204,9 +277,16 @@ def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
            "--served-model-name", "m", "--port", str(port), "--host", "127.0.0.1",
            "--load-format", "dummy", "--seed", "0", *args, *extra]
-    cmd += ["--max-model-len", str(MAX_MODEL_LEN[shape == "tiny"])]
+    cmd += ["--max-model-len", str(max_model_len(shape))]
     if shape == "tiny":
         cmd += ["--enforce-eager", "--dtype", "float32"]
+        # FP8 rows on the CPU dry run: their plumbing, not FP8 (the CPU engine's fp32 has no
+        # FP8 path to prove; the one-H200 dry run proves it)
+        for flag in ("--quantization", "--kv-cache-dtype"):
+            while flag in cmd and cmd[cmd.index(flag) + 1] == "fp8":
+                i = cmd.index(flag)
+                del cmd[i:i + 2]
+                print(f"{layout}: tiny shape: {flag} fp8 left out", flush=True)
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
@@ -393,6 +473,117 @@ def context_sweep(base: str, out_dir: Path, max_model_len: int) -> None:
                            f"/health {alive}")
 
 
+def burst_schedule(name: str, shape: str) -> tuple[int, int, list[tuple[str, float]]]:
+    """(input tokens, output tokens, [(phase, arrival s)] sorted) of a BURSTS trace; the tiny
+    shape keeps its phases' order with 128/16 tokens, a quarter of the time and <= 8 requests a
+    phase."""
+    import random
+    spec = BURSTS[name]
+    isl, osl, phases = spec["isl"], spec["osl"], spec["phases"]
+    if shape == "tiny":
+        isl, osl = 128, 16
+        phases = [(p, secs / 4, min(n, 8)) for p, secs, n in phases]
+    rng = random.Random(0)
+    arrivals, t = [], 0.0
+    for phase, secs, n in phases:
+        arrivals += [(phase, t + rng.uniform(0, secs)) for _ in range(n)]
+        t += secs
+    return isl, osl, sorted(arrivals, key=lambda a: a[1])
+
+
+def pct(xs: list[float], p: float) -> float:
+    """The p-quantile (0..1) of xs, nearest rank; nan when empty."""
+    xs = sorted(xs)
+    return xs[round(p * (len(xs) - 1))] if xs else float("nan")
+
+
+def burst_trace(name: str, shape: str, base: str, out_dir: Path) -> None:
+    """Replay a BURSTS trace against the server: every request streamed (/v1/completions,
+    ignore_eos, exact lengths), sent at its arrival time whatever is still running.  Per
+    request: phase, arrival, TTFT, TPOT ((last token - first) / (tokens - 1)); per phase and
+    over all: median and p99 of both -> <name>.json."""
+    import asyncio
+    import random
+    try:
+        import aiohttp
+    except ImportError:      # the host's own python3: take it from the vLLM install's packages
+        sys.path.append(SITES["official"])
+        import aiohttp
+
+    isl, osl, arrivals = burst_schedule(name, shape)
+    vocab = min(100000, SHAPES[shape][1] - 3)
+    rng = random.Random(1)
+    # distinct random words: no prefix-cache hits; one word is one token (+ BOS = isl)
+    prompts = [" ".join(word(rng.randrange(vocab)) for _ in range(isl - 1)) for _ in arrivals]
+
+    async def one(session, prompt: str, at: float, t0: float) -> dict:
+        await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+        start = time.perf_counter()
+        body = {"model": "m", "prompt": prompt, "max_tokens": osl, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+        first = last = None
+        tokens = 0
+        try:
+            async with session.post(base + "/v1/completions", json=body) as resp:
+                if resp.status != 200:
+                    return {"start": start - t0, "error": f"HTTP {resp.status}: "
+                            + (await resp.text())[:300]}
+                async for raw in resp.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                        continue
+                    chunk = json.loads(line[5:])
+                    if chunk.get("choices") and chunk["choices"][0].get("text"):
+                        last = time.perf_counter()
+                        first = first or last
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
+        except (TimeoutError, aiohttp.ClientError) as e:
+            return {"start": start - t0, "error": repr(e)[:300]}
+        if first is None or tokens != osl:
+            return {"start": start - t0, "error": f"{tokens} of {osl} tokens"}
+        return {"start": start - t0, "ttft": first - start,
+                "tpot": (last - first) / max(1, tokens - 1), "e2el": last - start}
+
+    async def replay() -> list[dict]:
+        timeout = aiohttp.ClientTimeout(total=1800)
+        async with aiohttp.ClientSession(timeout=timeout,
+                                         connector=aiohttp.TCPConnector(limit=0)) as session:
+            warm = " ".join(word(rng.randrange(vocab)) for _ in range(isl - 1))
+            await one(session, warm, 0.0, time.perf_counter())     # warm-up, not measured
+            t0 = time.perf_counter() + 0.5
+            return await asyncio.gather(*(one(session, p, at, t0)
+                                          for p, (_, at) in zip(prompts, arrivals)))
+
+    before = server_times(base)
+    t_start = time.time()
+    rows = asyncio.run(replay())
+    seconds = time.time() - t_start
+    for row, (phase, at) in zip(rows, arrivals):
+        row.update(phase=phase, scheduled=at)
+
+    def stats(rs: list[dict]) -> dict:
+        ok = [r for r in rs if "ttft" in r]
+        ttft, tpot = [1e3 * r["ttft"] for r in ok], [1e3 * r["tpot"] for r in ok]
+        return {"requests": len(rs), "completed": len(ok),
+                "median_ttft_ms": pct(ttft, .5), "p99_ttft_ms": pct(ttft, .99),
+                "median_tpot_ms": pct(tpot, .5), "p99_tpot_ms": pct(tpot, .99)}
+    phases = list(dict.fromkeys(p for p, _ in arrivals))
+    result = {"trace": name, "input_len": isl, "output_len": osl, "seconds": seconds,
+              "phases": {p: stats([r for r in rows if r["phase"] == p]) for p in phases},
+              **stats(rows),
+              "output_throughput": osl * sum("ttft" in r for r in rows) / seconds,
+              "server": server_means(before, server_times(base)),
+              "rows": rows}
+    out = out_dir / f"{name}.json"
+    out.write_text(json.dumps(result))
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        out.rename(out.with_suffix(".failed.json"))              # not done: rerun next time
+        raise RuntimeError(f"{name}: {len(errors)} of {len(rows)} failed, e.g. "
+                           f"{errors[0]['error']}")
+
+
 def gpu_memory_used_mib() -> list[int]:
     """memory.used of every GPU of the host (empty without nvidia-smi)."""
     try:
@@ -461,9 +652,11 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
             t1 = time.time()
             try:
                 if w == "ctx":
-                    context_sweep(base, out_dir, MAX_MODEL_LEN[shape == "tiny"])
+                    context_sweep(base, out_dir, max_model_len(shape))
                 elif w == "soak":
                     soak(shape, out_dir, base)
+                elif w in BURSTS:
+                    burst_trace(w, shape, base, out_dir)
                 else:
                     bench(layout, w, shape, model, port, out_dir)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -633,15 +826,16 @@ def report(shape: str) -> str:
                          f"{sv.get('prefill_ms', float('nan')):.1f} | "
                          f"{sv['ttft_ms'] - inner:.1f} | "
                          f"{r['mean_ttft_ms'] - sv['ttft_ms']:.1f} |")
-    curves = [n for n in LAYOUTS if any(w.startswith("rate") for w in res.get(n, {}))]
+    lines += paper_sections(res)
+    curves = [n for n in LAYOUTS if any(rate_of(w) for w in res.get(n, {}))]
     if curves:
-        lines += table("Latency-throughput (Poisson arrivals, 2000 in / 250 out; "
-                       "`latency_throughput.png`):",
-                       ["layout", "requests/s", "achieved output tok/s", "TTFT p50 / p99 (ms)",
+        lines += table("Latency-throughput (Poisson arrivals; rateN: 2000 in / 250 out, q4k_N: "
+                       "4000 in / 250 out; `latency_throughput.png`):",
+                       ["layout", "workload", "achieved output tok/s", "TTFT p50 / p99 (ms)",
                         "TPOT p50 / p99 (ms)", "failed"])
         for n in curves:
-            for w in sorted((w for w in res[n] if w.startswith("rate")), key=lambda w: int(w[4:])):
-                lines.append(f"| {n} | {w[4:]} | {g(n, w, 'output_throughput')} | "
+            for w in sorted((w for w in res[n] if rate_of(w)), key=lambda w: (w[0], rate_of(w))):
+                lines.append(f"| {n} | {w} | {g(n, w, 'output_throughput')} | "
                              f"{g(n, w, 'median_ttft_ms')} / {g(n, w, 'p99_ttft_ms')} | "
                              f"{g(n, w, 'median_tpot_ms', fmt='{:.2f}')} / "
                              f"{g(n, w, 'p99_tpot_ms', fmt='{:.2f}')} | {g(n, w, 'failed')} |")
@@ -667,6 +861,91 @@ def report(shape: str) -> str:
     return text
 
 
+def first_of(r: dict, *workloads: str) -> tuple[str, dict]:
+    """(name, result) of the first of workloads a layout has, else ("", {})."""
+    return next(((w, r[w]) for w in workloads if w in r), ("", {}))
+
+
+def paper_sections(res: dict) -> list[str]:
+    """The Shift paper's setting (4k in / 250 out at one user and at saturation, long
+    prompts, the bursty trace): one row per layout, the paper's own rows beside them, ratios
+    against TP=8, DP=4xTP=2 and the peer's same layout, and the trace per phase."""
+    rows = [n for n in LAYOUTS if any(w in res.get(n, {}) for w in
+                                      ("lat4k", "sat4k", "sat4k_small", "lat128k", *BURSTS))]
+    if not rows:
+        return []
+
+    def v(n, w, key, fmt="{:.0f}"):
+        x = res[n].get(w, {}).get(key)
+        return "—" if x is None else fmt.format(x)
+    out = table("The Shift paper's setting (4k in / 250 out; sat4k: 1000 at once, sat4k_small: "
+                "64; the bursty trace over all its requests; the paper's rows are its published "
+                "figures, 8xH200 FP8, not measured here):",
+                ["layout", "TTFT 4k 1 user (ms)", "TPOT 4k 1 user (ms)", "sat. total tok/s",
+                 "sat. output tok/s", "sat. TPOT p50 (ms)", "TTFT 8k", "TTFT 32k", "TTFT 128k",
+                 "bursty: trace", "TTFT p50 / p99", "TPOT p50 / p99"])
+    for n in rows:
+        sat, _ = first_of(res[n], "sat4k", "sat4k_small")
+        b, _ = first_of(res[n], *BURSTS)
+        out.append(f"| {n} | {v(n, 'lat4k', 'median_ttft_ms')} | "
+                   f"{v(n, 'lat4k', 'median_tpot_ms', '{:.2f}')} | "
+                   f"{v(n, sat, 'total_token_throughput')} | {v(n, sat, 'output_throughput')} | "
+                   f"{v(n, sat, 'median_tpot_ms', '{:.1f}')} | {v(n, 'lat8k', 'median_ttft_ms')} | "
+                   f"{v(n, 'lat32k', 'median_ttft_ms')} | {v(n, 'lat128k', 'median_ttft_ms')} | "
+                   f"{b or '—'} | {v(n, b, 'median_ttft_ms')} / {v(n, b, 'p99_ttft_ms')} | "
+                   f"{v(n, b, 'median_tpot_ms', '{:.1f}')} / {v(n, b, 'p99_tpot_ms', '{:.1f}')} |")
+    for name, p in PAPER.items():
+        out.append(f"| *paper: {name}* | {p['ttft']} | {p['tpot']} | {p['tput']} (tok/s) | | | "
+                   f"| | | paper's | {p['burst_ttft']} / | {p['burst_tpot']} / |")
+
+    def refs_of(n):
+        q = next((q for q in ("_fp8kv", "_fp8") if n.endswith(q)), "")
+        base = n[:len(n) - len(q)] if q else n
+        if base == "dp4_tp2":           # tp8's row holds the pair
+            return []
+        # dp4_tp2 is also the seeds' TP=2 for one user (one replica serves one request)
+        own = [f"tp8{q}", f"dp4_tp2{q}", PEER.get(n, "")]
+        if base == "shift_tp2_sp4":
+            own.append(f"tp2_sp4{q}")
+        return [r for r in own if r and r in res and r != n]
+    pairs = [(n, r) for n in rows for r in refs_of(n)]
+    cols = [("lat4k", "median_ttft_ms", True), ("lat4k", "median_tpot_ms", True),
+            ("sat4k", "total_token_throughput", False), ("lat32k", "median_ttft_ms", True),
+            ("lat128k", "median_ttft_ms", True), ("burst", "median_ttft_ms", True),
+            ("burst", "median_tpot_ms", True)]
+    head = ["layout", "vs", "TTFT 4k", "TPOT 4k", "sat. total tok/s", "TTFT 32k", "TTFT 128k",
+            "bursty TTFT p50", "bursty TPOT p50"]
+    if pairs:
+        out += table("Ratios at 8 GPUs (TTFT and TPOT: reference / layout, higher is faster; "
+                     "throughput: layout / reference); the paper's own ratios below:", head)
+        for n, r in pairs:
+            cells = []
+            for w, key, inverse in cols:
+                a, b = res[n].get(w, {}).get(key), res[r].get(w, {}).get(key)
+                cells.append("—" if not a or not b else f"{(b / a if inverse else a / b):.2f}×")
+            out.append(f"| {n} | {r} | " + " | ".join(cells) + " |")
+        s, t, d = PAPER["shift"], PAPER["TP=8"], PAPER["DP"]
+        for name, ref in (("TP=8", t), ("DP", d)):
+            out.append(f"| *paper: shift* | *{name}* | {ref['ttft'] / s['ttft']:.2f}× | "
+                       f"{ref['tpot'] / s['tpot']:.2f}× | {s['tput'] / ref['tput']:.2f}× | | | "
+                       f"{ref['burst_ttft'] / s['burst_ttft']:.2f}× | "
+                       f"{ref['burst_tpot'] / s['burst_tpot']:.2f}× |")
+        out += ["", "The seeds (8xH100, Llama-70B FP8): "
+                + "; ".join(f"{k} {x:.2f}×" for k, x in SEEDS.items()) + "."]
+    bursty = [(n, b) for n in rows for b in BURSTS if b in res[n]]
+    if bursty:
+        out += table("The bursty trace per phase (`burst_timeline.png`: TTFT and TPOT of every "
+                     "request by arrival time; a burst's requests arrive within one second):",
+                     ["layout", "trace", "phase", "requests", "TTFT p50 / p99 (ms)",
+                      "TPOT p50 / p99 (ms)"])
+        for n, b in bursty:
+            for phase, st in res[n][b]["phases"].items():
+                out.append(f"| {n} | {b} | {phase} | {st['completed']} of {st['requests']} | "
+                           f"{st['median_ttft_ms']:.0f} / {st['p99_ttft_ms']:.0f} | "
+                           f"{st['median_tpot_ms']:.1f} / {st['p99_tpot_ms']:.1f} |")
+    return out
+
+
 def mid_waves(r: dict) -> dict:
     """TTFT p50/p90 (ms) of the requests that arrived in the opening burst
     (the first max_concurrency) and of those after it, and how bunched the
@@ -689,7 +968,7 @@ def sweep_points(res: dict, shape: str = "8b") -> list[tuple[int, str]]:
     """(threshold, layout) of every measured shift layout, sorted.  `shift` runs at
     the default, which changes between wheels: its threshold is read from its own
     server log (shift.py states it at startup), so old results keep their label."""
-    pts = [(int(n[len("shift_t"):]), n) for n in res if n.startswith("shift_t")]
+    pts = [(int(m.group(1)), n) for n in res if (m := re.fullmatch(r"shift_t(\d+)", n))]
     if "shift" in res:
         log = RES / shape / "shift" / "server.log"
         found = re.search(r"Shift parallelism: threshold (\d+) tokens",
@@ -719,21 +998,48 @@ def plot(shape: str, res: dict) -> None:
         ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
     fig.savefig(RES / shape / "layouts.png", dpi=100)
-    curves = [n for n in names if any(w.startswith("rate") for w in res[n])]
+    curves = [n for n in names if any(rate_of(w) for w in res[n])]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for n in curves:
-        pts = sorted((r["output_throughput"], r["median_ttft_ms"], r["median_tpot_ms"])
-                     for w, r in res[n].items() if w.startswith("rate"))
-        if pts:
-            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=n)
-            axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=n)
+        for family in ("rate", "q4k_"):
+            pts = sorted((r["output_throughput"], r["median_ttft_ms"], r["median_tpot_ms"])
+                         for w, r in res[n].items() if rate_of(w) and w.startswith(family))
+            if pts:
+                label = n if family == "rate" else f"{n} (4k/250)"
+                axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+                axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=label)
     for ax, t in zip(axes, ["p50 TTFT (ms)", "p50 TPOT (ms)"]):
         ax.set_xlabel("achieved output tok/s")
         ax.set_ylabel(t)
-        ax.legend()
+        if curves:
+            ax.legend()
     fig.tight_layout()
     if curves:
         fig.savefig(RES / shape / "latency_throughput.png", dpi=100)
+    plt.close("all")
+    bursty = [(n, b) for n in names for b in BURSTS if b in res[n]]
+    if bursty:
+        fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+        shaded = set()
+        for n, b in bursty:
+            rows = [r for r in res[n][b]["rows"] if "ttft" in r]
+            for ax, key, scale in ((axes[0], "ttft", 1e3), (axes[1], "tpot", 1e3)):
+                ax.plot([r["start"] for r in rows], [scale * r[key] for r in rows], ".",
+                        label=f"{n} ({b})", alpha=0.7)
+            for phase in res[n][b]["phases"]:
+                at = [r["scheduled"] for r in res[n][b]["rows"] if r["phase"] == phase]
+                if phase.startswith("burst") and (b, phase) not in shaded and at:
+                    shaded.add((b, phase))
+                    for ax in axes:
+                        ax.axvspan(min(at), max(at) + 0.2, color="orange", alpha=0.2)
+        for ax, t in zip(axes, ["TTFT (ms)", "TPOT (ms)"]):
+            ax.set_xlabel("arrival (s from the trace's start; bursts shaded)")
+            ax.set_ylabel(t)
+            ax.set_yscale("log")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(RES / shape / "burst_timeline.png", dpi=100)
+        plt.close("all")
     sweep = sweep_points(res, shape)
     if len(sweep) > 1:
         fig, axes = plt.subplots(1, 4, figsize=(20, 4))
@@ -768,10 +1074,14 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                     help=f"comma list of {sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
     ap.add_argument("--serve-args", default="", help="extra `vllm serve` arguments")
+    ap.add_argument("--max-model-len", type=int,
+                    help="serve with this context (default 34000; lat128k needs 131072)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)         # probe (internal)
     ap.add_argument("--tokenizer", help=argparse.SUPPRESS)
     ap.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.max_model_len:
+        MAX_LEN_ARG.append(a.max_model_len)
     if a.what == "probe":
         probe(a.port, a.tokenizer, a.workloads, a.probe_out)
     elif a.what == "setup":
