@@ -58,6 +58,24 @@ def _target_tensors(target: Path) -> dict:
     return out
 
 
+def _with_extra_layer(path: Path, target: Path, weights: dict, extra: dict, cfg: dict) -> Path:
+    """Write ``target``'s checkpoint plus the ``extra`` tensors (cast to the
+    target's dtype) and ``cfg`` at ``path``: how MTP checkpoints ship."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_suffix(".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for f in target.iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name != "config.json":
+            (tmp / f.name).write_bytes(f.read_bytes())
+    dtype = weights["lm_head.weight"].dtype
+    save_file({**weights, **{k: v.to(dtype).contiguous() for k, v in extra.items()}},
+              tmp / "model.safetensors", metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
+    tmp.rename(path)
+    return path
+
+
 def make_eagle3(root: Path, target: Path, *, seed: int = 0) -> Path:
     """An EAGLE-3 head (``LlamaForCausalLMEagle3``, one layer, no embedding
     of its own: vLLM lends it the target's) for the Llama ``target``; it
@@ -105,7 +123,6 @@ def make_mimo(root: Path, *, seed: int = 0) -> Path:
     heads of 32, plus one MTP layer, ``model.mtp_layers.0.*``), served as the
     target and, with ``method: mtp``, as its own drafter."""
     import torch
-    from safetensors.torch import load_file, save_file
 
     path = Path(root) / f"mimo-mtp1-s{seed}"
     if (path / "config.json").exists():
@@ -122,20 +139,10 @@ def make_mimo(root: Path, *, seed: int = 0) -> Path:
     t[p + "input_proj.weight"] = proj
     for n in ("token_layernorm", "hidden_layernorm"):
         t[p + f"{n}.weight"] = torch.ones(h)
-    weights = load_file(base / "model.safetensors")
+    weights = _target_tensors(base)
     t[p + "final_layernorm.weight"] = weights["model.norm.weight"].float().clone()
-    tmp = path.with_suffix(".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for f in base.iterdir():
-        if f.is_file() and f.name not in ("model.safetensors", "config.json"):
-            (tmp / f.name).write_bytes(f.read_bytes())
-    dtype = weights["lm_head.weight"].dtype
-    save_file({**weights, **{k: v.to(dtype).contiguous() for k, v in t.items()}},
-              tmp / "model.safetensors", metadata={"format": "pt"})
     cfg.update(architectures=["MiMoForCausalLM"], num_nextn_predict_layers=1)
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
-    tmp.rename(path)
-    return path
+    return _with_extra_layer(path, base, weights, t, cfg)
 
 
 
@@ -146,7 +153,6 @@ def make_qwen3_next_mtp(root: Path, target: Path) -> Path:
     target's last full-attention layer, so its shapes and MoE are the
     target's own; ``fc`` picks the target's hidden state."""
     import torch
-    from safetensors.torch import load_file, save_file
 
     path = Path(root) / f"{target.name}-mtp1"
     if (path / "config.json").exists():
@@ -154,10 +160,7 @@ def make_qwen3_next_mtp(root: Path, target: Path) -> Path:
     cfg = json.loads((target / "config.json").read_text())
     h = cfg["hidden_size"]
     full = max(i for i, t in enumerate(cfg["layer_types"]) if t == "full_attention")
-    weights = {}
-    for f in sorted(target.glob("*.safetensors")):
-        weights.update(load_file(f))
-    dtype = weights["lm_head.weight"].dtype
+    weights = _target_tensors(target)
     src = f"model.layers.{full}."
     t = {"mtp.layers.0." + k[len(src):]: v.clone() for k, v in weights.items()
          if k.startswith(src)}
@@ -167,14 +170,5 @@ def make_qwen3_next_mtp(root: Path, target: Path) -> Path:
     t["mtp.norm.weight"] = weights["model.norm.weight"].clone()
     for n in ("pre_fc_norm_hidden", "pre_fc_norm_embedding"):
         t[f"mtp.{n}.weight"] = torch.zeros(h)   # Qwen3-Next's norms scale by 1 + weight
-    tmp = path.with_suffix(".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for f in target.iterdir():
-        if f.is_file() and not f.name.endswith(".safetensors") and f.name != "config.json":
-            (tmp / f.name).write_bytes(f.read_bytes())
-    save_file({**weights, **{k: v.to(dtype).contiguous() for k, v in t.items()}},
-              tmp / "model.safetensors", metadata={"format": "pt"})
     cfg["num_nextn_predict_layers"] = 1
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
-    tmp.rename(path)
-    return path
+    return _with_extra_layer(path, target, weights, t, cfg)
