@@ -81,23 +81,6 @@ def test_forced_sp(llama):
     assert served(got, "full_tp") == [0, 0] and min(served(got, "sp")) >= 10, got.shift
 
 
-def test_compiled_with_inductor(llama, llama_ref, tmp_path):
-    """torch.compile (Dynamo + Inductor) as a CPU user gets it: each model
-    is traced under its own process groups with its own compile cache, so
-    the SP graphs hold the all-to-alls (whose declared output layout must
-    match the real one) and the full-TP graphs the all-reduces over the
-    full-TP group."""
-    got = run(llama, sp=2, shift_parallel=True, shift_parallel_threshold=8,
-              enforce_eager=False,
-              env={"TORCHDYNAMO_DISABLE": "0", "VLLM_CACHE_ROOT": str(tmp_path)})
-    assert_same(llama_ref, got, what="shift compiled vs TP=1 eager")
-    check_shift_run(got, 2)
-    assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift
-    # Each model has its own compile artefacts (AOT cache: one per config hash).
-    models = list((tmp_path / "torch_compile_cache").glob("*/*/rank_0_0/model"))
-    assert len(models) == 2, models
-
-
 def test_moe(models_dir, family_ref):
     """Qwen3-MoE: the full-TP model's MoE layers are found by name through
     its own layer table (the forward context is switched with the mode).

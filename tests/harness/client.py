@@ -46,6 +46,19 @@ def finished_by_length(base: str) -> float:
     return metric(base, "vllm:request_success_total", finished_reason="length")
 
 
+def settled(base: str, timeout: float = 60) -> tuple[float, float, float]:
+    """Requests running, requests waiting and KV-cache use, once all three
+    are 0 or after ``timeout`` (aborts reach the engine asynchronously)."""
+    deadline = time.time() + timeout
+    while True:
+        left = (metric(base, "vllm:num_requests_running"),
+                metric(base, "vllm:num_requests_waiting"),
+                metric(base, "vllm:kv_cache_usage_perc"))
+        if left == (0, 0, 0) or time.time() > deadline:
+            return left
+        time.sleep(1)
+
+
 @dataclass
 class Soak:
     """One soak's shape.  Request i is streamed when i is even; every tenth
@@ -120,14 +133,7 @@ def run_soak(base: str, model: str, soak: Soak, seed: int = 0) -> dict:
     kinds = {k: sum(1 for r in results if r[0] == k) for k in ("plain", "stream", "cancelled")}
     short = [(k, want, got) for k, want, got in results if k != "cancelled" and got != want]
     healthy = urllib.request.urlopen(base + "/health", timeout=30).status == 200
-    deadline = time.time() + 60                          # aborts reach the engine asynchronously
-    while True:
-        left = (metric(base, "vllm:num_requests_running"),
-                metric(base, "vllm:num_requests_waiting"),
-                metric(base, "vllm:kv_cache_usage_perc"))
-        if left == (0, 0, 0) or time.time() > deadline:
-            break
-        time.sleep(1)
+    left = settled(base)
     ran = finished_by_length(base) - before
     plan = {"plain": soak.requests // 2, "cancelled": (soak.requests + 5) // 10}
     plan["stream"] = soak.requests - plan["plain"] - plan["cancelled"]

@@ -19,17 +19,19 @@ if TYPE_CHECKING:
 VOCAB = 512
 
 
-def _tokenizer(path: Path, specials: dict[str, str] | None = None) -> PreTrainedTokenizerFast:
+def _tokenizer(path: Path, specials: dict[str, str] | None = None,
+               tail: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
     """Words ``w<i>``; ``specials`` (attribute -> token, e.g. a processor's
     image token) come right after ``<unk> <s> </s>``, then the newline runs
-    Gemma 3's image sequence is wrapped in (added tokens, matched whole)."""
+    Gemma 3's image sequence is wrapped in (added tokens, matched whole).
+    ``tail``: plain words that take the last ids instead of ``w<i>``."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = specials or {}
     newlines = ["\n\n\n\n", "\n\n\n", "\n\n", "\n"] if specials else []
     head = ["<unk>", "<s>", "</s>"] + list(specials.values()) + newlines
-    words = head + [f"w{i}" for i in range(VOCAB - len(head))]
+    words = head + [f"w{i}" for i in range(VOCAB - len(head) - len(tail))] + list(tail)
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_tokens([AddedToken(n, normalized=False) for n in newlines])
@@ -318,3 +320,24 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
     (tmp / "config.json").write_text(json.dumps(cfg_json, indent=1))
     tmp.rename(path)
     return path
+
+
+JSON_WORDS = ("{", "}", '"a"', ":", ",", *"0123456789")
+
+
+def with_json_words(model: Path, root: Path) -> Path:
+    """``model`` with a tokenizer whose last ids are JSON's pieces
+    (``JSON_WORDS``), so that a JSON-schema request can be satisfied: the
+    same weights (linked), the same ids for every other word."""
+    path = Path(root) / f"{model.name}-json"
+    if (path / "config.json").exists():
+        return path
+    tmp = path.with_suffix(".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for f in model.iterdir():
+        if f.suffix in (".json", ".safetensors") and "token" not in f.name:
+            (tmp / f.name).symlink_to(f.resolve())
+    _tokenizer(tmp, tail=JSON_WORDS)
+    tmp.rename(path)
+    return path
+
