@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -22,8 +21,8 @@ from pathlib import Path
 import psutil
 
 from harness.client import post
-from harness.engine import KV_CACHE_BYTES, cpu_env
 from harness.net import free_port
+from harness.server import serve_command, serve_env
 
 SHM = Path("/dev/shm")
 
@@ -40,15 +39,14 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.shm_before = set(os.listdir(SHM))
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
-               "--kv-cache-memory-bytes", str(KV_CACHE_BYTES),
-               *args, "--port", str(self.port), "--host", "127.0.0.1"]
+        cmd = [*serve_command(model), *args, "--port", str(self.port), "--host", "127.0.0.1"]
         with open(log, "w") as out:
             self.proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO",
-                     **(env or {})})
-        self.seen: dict[int, str] = {}   # pid -> title, of every process the server started
+                env={**serve_env(ranks), **(env or {})})
+        # Every process the server started, with its title.  psutil's handles
+        # check the start time, so a recycled pid is never mistaken for one.
+        self.seen: dict[psutil.Process, str] = {}
 
     def __enter__(self) -> Server:
         return self
@@ -89,7 +87,7 @@ class Server:
                 title = " ".join(p.cmdline())[:80]
             except psutil.Error:
                 continue
-            self.seen[p.pid] = title
+            self.seen[p] = title
             out[title] = p
         return out
 
@@ -123,9 +121,8 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         # A worker left stopped (SIGSTOP) by a test must not outlive it.
-        for pid in self.seen:
+        for p in self.seen:
             try:
-                p = psutil.Process(pid)
                 p.kill()
             except psutil.Error:
                 pass
@@ -138,11 +135,10 @@ class Server:
         deadline = time.time() + grace
         while True:
             alive = []
-            for pid, title in self.seen.items():
+            for p, title in self.seen.items():
                 try:
-                    p = psutil.Process(pid)
-                    if p.status() != psutil.STATUS_ZOMBIE:
-                        alive.append(f"process {pid} {title}")
+                    if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                        alive.append(f"process {p.pid} {title}")
                 except psutil.Error:
                     pass
             shm = sorted(n for n in set(os.listdir(SHM)) - self.shm_before

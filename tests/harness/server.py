@@ -22,6 +22,17 @@ from harness.engine import KV_CACHE_BYTES, cpu_env
 from harness.net import free_port
 
 
+def serve_command(model: Path) -> list[str]:
+    """`vllm serve MODEL` as the tests start it: the unpacked CLI, each
+    rank's small KV cache."""
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+            "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+
+
+def serve_env(ranks: int) -> dict[str, str]:
+    return {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
+
+
 @contextmanager
 def serve(model: Path, args: list[str], log: Path, ranks: int,
           timeout: float = 600, headless: list[list[str]] = ()) -> Iterator[str]:
@@ -40,9 +51,8 @@ def serve_nodes(model: Path, servers: list[list[str]], log: Path, ranks: int,
     hybrid DP load balancing): one server per entry of ``servers``, all
     started together (they wait for each other), each on its own port
     (logs: ``<log>``, ``<log>.server<j>``); yields their base URLs."""
-    env = {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
-    cli = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
-           "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+    env = serve_env(ranks)
+    cli = serve_command(model)
     ports = [free_port() for _ in servers]
     # The head (servers[0]) starts last, so it is stopped first (reversed
     # below): stopping, it tells the others to stop.
