@@ -24,19 +24,11 @@ from __future__ import annotations
 import pytest
 
 from harness.compare import assert_no_further, assert_same
-from harness.models import make_model
+from harness.models import GDN, make_qwen3_next
 from harness.repo import VERSION
 from harness.workload import check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
-
-# The CPU GDN kernels: 0.26's take linear head dims that are multiples of 32
-# and a float32 recurrent state, 0.32's head dims 64 or 128 and a bfloat16
-# state too; either way a layer's state fits one block of <= 64 tokens.
-if VERSION == "0.26.0":
-    LINEAR_HEAD_DIM, GDN = 32, dict(dtype="bfloat16", mamba_ssm_cache_dtype="float32")
-else:
-    LINEAR_HEAD_DIM, GDN = 64, dict(dtype="bfloat16", mamba_ssm_cache_dtype="bfloat16")
 
 
 def check_hits(r):
@@ -52,10 +44,7 @@ def check_hits(r):
 
 @pytest.fixture(scope="module")
 def model(models_dir):
-    # head_dim 256 (as the real checkpoints): the attention page of one
-    # 32-token block then holds a GDN layer's state (see harness.models).
-    return make_model(models_dir, "qwen3_next", heads=8, kv_heads=2, layers=4, head_dim=256,
-                      dtype="bfloat16", linear_head_dim=LINEAR_HEAD_DIM)
+    return make_qwen3_next(models_dir)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .repo import VERSION
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
@@ -146,6 +148,25 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     _tokenizer(tmp)
     tmp.rename(path)
     return path
+
+
+# The hybrid (Qwen3-Next: Gated-DeltaNet and gated attention, MoE), in
+# bfloat16, as the CPU GDN kernels take nothing else: 0.26's take linear head
+# dims that are multiples of 32 and a float32 recurrent state (its CPU chunk
+# kernel refuses a bf16 initial state), 0.32's head dims 64 or 128 and a
+# bfloat16 state too; either way a layer's state fits one block of <= 64
+# tokens.  GDN: the engine arguments every run of it takes.
+if VERSION == "0.26.0":
+    LINEAR_HEAD_DIM, GDN = 32, dict(dtype="bfloat16", mamba_ssm_cache_dtype="float32")
+else:
+    LINEAR_HEAD_DIM, GDN = 64, dict(dtype="bfloat16", mamba_ssm_cache_dtype="bfloat16")
+
+
+def make_qwen3_next(root: Path) -> Path:
+    """head_dim 256 (as the real checkpoints): the attention page of one
+    32-token block then holds a GDN layer's state."""
+    return make_model(root, "qwen3_next", heads=8, kv_heads=2, layers=4, head_dim=256,
+                      dtype="bfloat16", linear_head_dim=LINEAR_HEAD_DIM)
 
 
 # What a text prompt writes where an image goes, per multimodal arch.
