@@ -17,20 +17,28 @@ layout with KV heads replicated, the borrowed modules and the aux hidden
 states from both target models:
 
 * n-gram (no model), ``-tp 2 -sp 2 --shift-parallel``;
-* draft model (the target itself), ``-sp 2``: SP drafter, own embedding;
+* suffix lookup (no model; arctic-inference's suffix tree),
+  ``-sp 2 --shift-parallel``;
+* draft model (the target itself), ``-sp 2`` and ``-sp 2 --shift-parallel``:
+  SP drafter and full-TP drafter, each with its own embedding;
 * EAGLE-3 head, ``-tp 2 -sp 2``, and ``-tp 2 -sp 2 --shift-parallel``
   compiled by Inductor;
-* MTP (MiMo's layer), ``-sp 2 --shift-parallel``.
+* MTP (MiMo's layer), ``-sp 2 --shift-parallel``;
+* MTP on a hybrid target (Qwen3-Next's layer over its Gated-DeltaNet
+  layers, bfloat16), ``-sp 2`` and ``-sp 2 --shift-parallel``: SP drafter
+  and full-TP drafter, and the GDN layers' verify steps in both modes.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from harness.compare import assert_same
-from harness.drafters import make_eagle3, make_mimo
+from harness import suffix
+from harness.compare import assert_no_further, assert_same
+from harness.drafters import make_eagle3, make_mimo, make_qwen3_next_mtp
 from harness.engine import run_engine
-from harness.workload import PROMPTS
+from harness.models import GDN, make_qwen3_next
+from harness.workload import LONG, PROMPTS
 
 pytestmark = pytest.mark.e2e
 
@@ -72,13 +80,32 @@ def test_ngram_speculation_under_shift(llama, plain):
     check_served(got, 2, 5)
 
 
-def test_draft_model_under_sp(llama, plain):
+def test_suffix_lookup_under_shift(llama, plain, models_dir):
+    """Suffix lookup proposes from the prompt and earlier outputs, as
+    n-gram does, by a suffix tree (vLLM's "suffix" method)."""
+    spec = dict(method="suffix", num_speculative_tokens=3)
+    env = suffix.env(suffix.site(models_dir))
+    ref = run(llama, spec, env=env)
+    assert ref.tokens == plain.tokens, "greedy speculation changed TP=1's tokens"
+    assert ref.spec["accepted"] > 0, ref.spec
+    got = run(llama, spec, sp=2, shift_parallel=True, shift_parallel_threshold=8, env=env)
+    assert_same(plain, got, what="suffix, SP=2 shift vs TP=1 without speculation")
+    assert got.spec == ref.spec, (got.spec, ref.spec)
+    check_served(got, 2, 5)
+
+
+def test_draft_model_under_sp_and_shift(llama, plain):
     """The target as its own draft model, k=2: every draft must be accepted,
-    which holds only if the SP drafter computes what the target does."""
+    which holds only if the drafter computes what the target does, with
+    the SP exchange under -sp, in full TP under Shift."""
     spec = dict(method="draft_model", model=str(llama), num_speculative_tokens=2)
-    got = run(llama, spec, sp=2)
-    assert_same(plain, got, what="draft model, SP=2 vs TP=1 without speculation")
-    assert got.spec["drafted"] > 0 and got.spec["accepted"] == got.spec["drafted"], got.spec
+    for kw in (dict(), dict(shift_parallel=True, shift_parallel_threshold=18)):
+        got = run(llama, spec, sp=2, **kw)
+        what = f"draft model, SP=2 {'shift ' if kw else ''}vs TP=1 without speculation"
+        assert_same(plain, got, what=what)
+        assert got.spec["drafted"] > 0 and got.spec["accepted"] == got.spec["drafted"], \
+            (what, got.spec)
+    check_served(got, 2, 5)
 
 
 def test_eagle3_under_sp_and_shift(llama, plain, models_dir, tmp_path):
@@ -115,4 +142,43 @@ def test_mtp_under_shift(models_dir):
     got = run(mimo, spec, sp=2, shift_parallel=True, shift_parallel_threshold=8)
     assert_same(plain, got, what="MTP, SP=2 shift vs TP=1 without speculation")
     assert got.spec == ref.spec, (got.spec, ref.spec)
+    check_served(got, 2, 5)
+
+
+def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
+    """Qwen3-Next's MTP layer drafting for its hybrid target, k=1.
+
+    The reference is TP=1 *with* the same MTP.  In bfloat16 vLLM's own TP=1
+    gives other tokens with it than without (its verify steps run the GDN's
+    multi-token kernel, which rounds otherwise, and this random model has
+    near-ties: measured, 2 of 5 prompts), so TP=1 without speculation holds
+    nothing here.  SP=2 computes TP=1's products, so it must equal it to
+    the bit, drafts included.  Under Shift every verify step of <= 12 tokens
+    runs full TP=2: held no further from TP=1 than TP=2 with the MTP is.
+
+    Two settings keep vLLM's own TP=1 the same from run to run on the CPU
+    engine, which it is not otherwise with this target and drafter
+    (docs/reliability.md): scheduling is synchronous, and no prompt is
+    chunked: chunked prefill is off, so the 150-token prompt waits for room
+    and is prefilled whole beside four requests' verify steps."""
+    model = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS_SPEC[2], PROMPTS[3], LONG]
+
+    def run_hybrid(**kw):
+        return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=192,
+                          max_model_len=192, enable_chunked_prefill=False,
+                          enable_prefix_caching=False, async_scheduling=False,
+                          block_size=16, max_num_seqs=8,
+                          speculative_config=dict(method="qwen3_next_mtp",
+                                                  num_speculative_tokens=1),
+                          **GDN, **kw)
+
+    ref = run_hybrid()
+    assert ref.spec["accepted"] > 0, ref.spec
+    got = run_hybrid(sp=2)
+    assert_same(ref, got, atol=0.0, what="hybrid MTP, SP=2 vs TP=1")
+    assert got.spec == ref.spec, (got.spec, ref.spec)
+    tp2 = run_hybrid(tp=2)
+    got = run_hybrid(sp=2, shift_parallel=True, shift_parallel_threshold=12)
+    assert_no_further(ref, tp2, got, what="hybrid MTP, SP=2 shift vs TP=1")
     check_served(got, 2, 5)

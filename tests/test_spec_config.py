@@ -13,7 +13,7 @@ import pytest
 
 from harness.config import cli_rejects, engine_config, error_line
 from harness.drafters import make_eagle3, make_mimo, make_qwen3_next_mtp
-from harness.models import make_model
+from harness.models import make_qwen3_next
 
 
 def ngram(k: int) -> dict:
@@ -66,19 +66,26 @@ def test_refused_in_one_line(llama, kw, needle):
     assert "sequence_parallel_size" in line, line
 
 
-@pytest.mark.parametrize("method", ["mtp", "ngram"])
-def test_hybrid_target_refused(models_dir, method):
-    """Speculation on a Gated-DeltaNet target is refused under SP, whatever
-    drafts, until a test can hold it to TP=1: vLLM's own TP=1 with
-    Qwen3-Next's MTP layer gives one of two continuations of a chunked
-    prompt from run to run on the CPU engine."""
-    target = make_model(models_dir, "qwen3_next", heads=8, kv_heads=2, layers=4, head_dim=256,
-                        dtype="bfloat16")
-    spec = ngram(3) if method == "ngram" else dict(method="mtp", num_speculative_tokens=1)
+@pytest.mark.parametrize("shift", [False, True])
+def test_hybrid_target_speculates_with_its_mtp(models_dir, shift):
+    """Qwen3-Next's MTP layer (attention and MoE, no GDN) runs in the
+    target's layout like any drafter."""
+    target = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
+    cfg = engine_config(target, sequence_parallel_size=2, shift_parallel=shift,
+                        speculative_config=dict(method="qwen3_next_mtp",
+                                                num_speculative_tokens=1))
+    assert cfg.speculative_config.method == "mtp"
+    draft = cfg.speculative_config.draft_parallel_config
+    assert (draft.sequence_parallel_size, draft.shift_parallel) == (2, shift)
+
+
+def test_hybrid_target_refuses_other_methods(models_dir):
+    """Untested on a Gated-DeltaNet target (vLLM's CPU engine cannot run
+    n-gram there even at TP=1), so refused in one line."""
+    target = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
     with pytest.raises(Exception) as excinfo:
-        engine_config(make_qwen3_next_mtp(models_dir, target), sequence_parallel_size=2,
-                      speculative_config=spec)
-    line = error_line(excinfo, "does not support speculative decoding on a hybrid model")
+        engine_config(target, sequence_parallel_size=2, speculative_config=ngram(3))
+    line = error_line(excinfo, "with its MTP layers (method 'mtp'), not 'ngram' yet")
     assert "Qwen3NextForCausalLM" in line and "-sp 1" in line, line
 
 
