@@ -22,7 +22,8 @@ states from both target models:
 * draft model (the target itself), ``-sp 2`` and ``-sp 2 --shift-parallel``:
   SP drafter and full-TP drafter, each with its own embedding;
 * EAGLE-3 head, ``-tp 2 -sp 2``, and ``-tp 2 -sp 2 --shift-parallel``
-  compiled by Inductor;
+  compiled by Inductor; an EAGLE (v1) head, ``-sp 2`` and ``-sp 2
+  --shift-parallel``;
 * MTP (MiMo's layer), ``-sp 2 --shift-parallel``;
 * MTP on a hybrid target (Qwen3-Next's layer over its Gated-DeltaNet
   layers, bfloat16), ``-sp 2`` and ``-sp 2 --shift-parallel``: SP drafter
@@ -35,7 +36,7 @@ import pytest
 
 from harness import suffix
 from harness.compare import assert_no_further, assert_same
-from harness.drafters import make_eagle3, make_mimo, make_qwen3_next_mtp
+from harness.drafters import make_eagle, make_eagle3, make_mimo, make_qwen3_next_mtp
 from harness.engine import run_engine
 from harness.models import GDN, make_qwen3_next
 from harness.workload import LONG, PROMPTS
@@ -129,6 +130,22 @@ def test_eagle3_under_sp_and_shift(llama, plain, models_dir, tmp_path):
     check_served(got, 2, 5)
     artefacts = list((tmp_path / "torch_compile_cache").glob("*/*/rank_0_0/model"))
     assert len(artefacts) == 3, artefacts
+
+
+def test_eagle_under_sp_and_shift(llama, plain, models_dir):
+    """An EAGLE (v1) head: vLLM's other EAGLE model class, the same
+    proposer; it borrows the target's embedding and LM head."""
+    spec = dict(method="eagle", model=str(make_eagle(models_dir, llama)),
+                num_speculative_tokens=2)
+    ref = run(llama, spec)
+    assert ref.tokens == plain.tokens, "greedy speculation changed TP=1's tokens"
+    assert ref.spec["accepted"] > 0, ref.spec
+    for kw in (dict(), dict(shift_parallel=True, shift_parallel_threshold=12)):
+        got = run(llama, spec, sp=2, **kw)
+        what = f"EAGLE, SP=2 {'shift ' if kw else ''}vs TP=1 without speculation"
+        assert_same(plain, got, what=what)
+        assert got.spec == ref.spec, (what, got.spec, ref.spec)
+    check_served(got, 2, 5)
 
 
 def test_mtp_under_shift(models_dir):

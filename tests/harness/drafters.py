@@ -1,10 +1,11 @@
-"""Tiny speculative drafters for the tiny targets of ``models``: an EAGLE-3
-head and a MiMo checkpoint with one multi-token-prediction (MTP) layer.
+"""Tiny speculative drafters for the tiny targets of ``models``: EAGLE and
+EAGLE-3 heads, and checkpoints with one multi-token-prediction (MTP) layer
+(MiMo's, Qwen3-Next's).
 
 Random drafters would propose random tokens and have nothing accepted, so
 each is built to *predict like its target*: it reads the target's last
-hidden state (EAGLE-3's ``fc`` picks it out of the three it is given; the
-MTP layer's ``input_proj`` likewise), passes it through a layer with small
+hidden state (the EAGLE heads' ``fc`` picks it out of what it is given;
+the MTP layer's ``input_proj`` likewise), passes it through a layer with small
 random weights (so its attention and MLP still move the result, and a
 wrong exchange shows), and scores it with the target's own final norm and
 LM head.  So it proposes roughly the target's token for the position it
@@ -82,7 +83,6 @@ def make_eagle3(root: Path, target: Path, *, seed: int = 0) -> Path:
     reads the target's hidden states after the embedding and each of its
     two layers (``eagle_aux_hidden_state_layer_ids`` 0, 1, 2)."""
     import torch
-    from safetensors.torch import save_file
 
     cfg = json.loads((target / "config.json").read_text())
     path = Path(root) / f"eagle3-{target.name}-s{seed}"
@@ -100,19 +100,52 @@ def make_eagle3(root: Path, target: Path, *, seed: int = 0) -> Path:
     t["fc.weight"] = fc
     t["norm.weight"] = tgt["model.norm.weight"].float().clone()
     t["lm_head.weight"] = tgt["lm_head.weight"].float().clone()
+    return _write_head(path, t, cfg, architectures=["LlamaForCausalLMEagle3"],
+                       draft_vocab_size=cfg["vocab_size"], target_hidden_size=h,
+                       tie_word_embeddings=False,
+                       eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers])
+
+
+def make_eagle(root: Path, target: Path, *, seed: int = 0) -> Path:
+    """An EAGLE (v1) head for the Llama ``target``, as EAGLE-1 checkpoints
+    ship: a ``LlamaForCausalLM`` config with one layer (no input norm: vLLM
+    drops it), ``fc`` over [token embedding | the target's last hidden
+    state], no embedding or LM head of its own (vLLM lends the target's).
+    ``fc`` picks the hidden state."""
+    import torch
+
+    cfg = json.loads((target / "config.json").read_text())
+    path = Path(root) / f"eagle-{target.name}-s{seed}"
+    if (path / "config.json").exists():
+        return path
+    h, heads, kv, hd = (cfg["hidden_size"], cfg["num_attention_heads"],
+                        cfg["num_key_value_heads"], cfg["head_dim"])
+    t = _layer("layers.0.", h, heads, kv, hd, cfg["intermediate_size"], h, seed + 50)
+    del t["layers.0.input_layernorm.weight"]
+    fc = _small(h, 2 * h, seed=seed + 60)
+    fc[:, h:] += torch.eye(h)
+    t["fc.weight"] = fc
+    return _write_head(path, t, cfg, architectures=["LlamaForCausalLM"])
+
+
+def _write_head(path: Path, tensors: dict, target_cfg: dict, **fields) -> Path:
+    """A one-layer drafter checkpoint: ``tensors`` in the target's dtype, a
+    config of the target's shapes with ``fields``."""
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = target_cfg
     dtype = getattr(torch, cfg.get("torch_dtype") or cfg.get("dtype") or "float32")
     tmp = path.with_suffix(".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.to(dtype).contiguous() for k, v in t.items()}, tmp / "model.safetensors")
+    save_file({k: v.to(dtype).contiguous() for k, v in tensors.items()},
+              tmp / "model.safetensors")
     head = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
                                 "num_attention_heads", "num_key_value_heads", "head_dim",
                                 "max_position_embeddings", "rms_norm_eps", "rope_theta",
                                 "bos_token_id", "eos_token_id") if k in cfg}
-    head.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama",
-                num_hidden_layers=1, draft_vocab_size=cfg["vocab_size"],
-                target_hidden_size=h, tie_word_embeddings=False,
-                eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers],
-                torch_dtype=cfg.get("torch_dtype", "float32"))
+    head.update(model_type="llama", num_hidden_layers=1,
+                torch_dtype=cfg.get("torch_dtype", "float32"), **fields)
     (tmp / "config.json").write_text(json.dumps(head, indent=1))
     tmp.rename(path)
     return path
