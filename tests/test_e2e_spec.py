@@ -168,8 +168,8 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     The reference is TP=1 *with* the same MTP.  In bfloat16 vLLM's own TP=1
     gives other tokens with it than without (its verify steps run the GDN's
     multi-token kernel, which rounds otherwise, and this random model has
-    near-ties: measured, 2 of 5 prompts), so TP=1 without speculation holds
-    nothing here.  SP=2 computes TP=1's products, so it must equal it to
+    near-ties: 2 of 5 prompts in a workload like this one), so TP=1 without
+    speculation holds nothing here.  SP=2 computes TP=1's products, so it must equal it to
     the bit, drafts included.  Under Shift every verify step of <= 12 tokens
     runs full TP=2: held no further from TP=1 than TP=2 with the MTP is.
 
@@ -177,7 +177,9 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     engine, which it is not otherwise with this target and drafter
     (docs/reliability.md): scheduling is synchronous, and no prompt is
     chunked: chunked prefill is off, so the 150-token prompt waits for room
-    and is prefilled whole beside four requests' verify steps."""
+    and is prefilled whole beside four requests' verify steps.  Prefix
+    caching is off: with speculation, vLLM 0.26's CPU engine cannot keep a
+    hybrid's cached states (its 'align' step is a Triton kernel)."""
     model = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS_SPEC[2], PROMPTS[3], LONG]
 
