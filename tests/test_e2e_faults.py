@@ -45,7 +45,10 @@ RANK1 = {"sp": "Worker_SP1", "tp": "Worker_TP1"}
 # or stopped worker leaves them behind at plain TP=2 as under SP (GPUs use
 # NCCL, no such segments).  Upstream's, documented in docs/reliability.md.
 UPSTREAM_LEAKS = ("-cpushm_",)
-COMMON = ["--max-model-len", "512", "--enforce-eager", "--dtype", "float32", "--seed", "0",
+# Room for streams that last seconds: this tiny model decodes hundreds of
+# tokens a second at TP=2, and a fault must land while they run.
+MAX_LEN = 2048
+COMMON = ["--max-model-len", str(MAX_LEN), "--enforce-eager", "--dtype", "float32", "--seed", "0",
           "--max-num-seqs", "7", "--max-num-batched-tokens", "130"]
 
 
@@ -79,7 +82,7 @@ def test_bad_input_fuzz(served):
     from transformers import AutoTokenizer
 
     before = workers(srv)
-    cases = fuzz_cases(llama, vocab=VOCAB, max_model_len=512, sp=2)
+    cases = fuzz_cases(llama, vocab=VOCAB, max_model_len=MAX_LEN, sp=2)
     assert len(cases) >= 200
     results = run_fuzz(srv.base, cases, concurrency=16)
     distinct = sorted({tuple(p) for c in cases if c.prompts for p in c.prompts})
@@ -111,6 +114,12 @@ def long_streams(srv: Server, model, lengths, max_tokens: int):
     return prompts, [open_stream(srv.base, body(model, p, max_tokens)) for p in prompts]
 
 
+def assert_open(streams) -> None:
+    """Right after a fault: every stream was still decoding when it landed
+    (a fault that came after they finished would test nothing)."""
+    assert not any(s.end for s in streams), [(s.end, s.error, s.tokens) for s in streams]
+
+
 def test_stalled_rank_resumes_with_exact_output(served):
     """SIGSTOP on rank 1 for 5 s while 6 streams decode (prompts of 1..5
     tokens and one of 40, over the threshold): the other rank waits in the
@@ -119,18 +128,19 @@ def test_stalled_rank_resumes_with_exact_output(served):
     layout, srv = served
     llama = srv.model
     before = workers(srv)
-    prompts, streams = long_streams(srv, llama, [1, 2, 3, 4, 5, 40], 48)
+    rank1 = srv.worker(RANK1[layout])
+    prompts, streams = long_streams(srv, llama, [1, 2, 3, 4, 5, 40], 1000)
     for s in streams:
         assert s.first.wait(120), "no first token"
-    rank1 = srv.worker(RANK1[layout])
     rank1.suspend()
+    assert_open(streams)
     time.sleep(5)
     rank1.resume()
     assert not wait_ended(streams, 300), "a stream hung after the rank resumed"
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(llama)
-    refs = hf_greedy(llama, prompts, 48)
+    refs = hf_greedy(llama, prompts, 1000)
     for s, ref in zip(streams, refs):
         assert s.end == "done", s.error
         assert s.text.split() == tok.decode(ref).split()
@@ -144,11 +154,13 @@ def test_stalled_rank_never_resumed_fails_fast(served):
     behaviour for a dead engine) and takes the stopped worker with it."""
     layout, srv = served
     llama = srv.model
-    _, streams = long_streams(srv, llama, [3, 4, 5], 400)
+    rank1 = srv.worker(RANK1[layout])
+    _, streams = long_streams(srv, llama, [3, 4, 5], 1500)
     for s in streams:
         assert s.first.wait(120), "no first token"
     t0 = time.time()
-    srv.worker(RANK1[layout]).suspend()
+    rank1.suspend()
+    assert_open(streams)
     assert not wait_ended(streams, STALL_TIMEOUT_S + 60), "a stream hung on a stalled rank"
     assert all(s.end == "error" for s in streams), [s.error for s in streams]
     assert max(s.ended for s in streams) - t0 < STALL_TIMEOUT_S + 30
@@ -166,15 +178,19 @@ def test_rank_killed_while_modes_switch(layout, llama, tmp_path):
     the server exits; nothing is left behind."""
     with start(llama, layout, tmp_path / "server.log") as srv:
         srv.wait_healthy()
-        _, streams = long_streams(srv, llama, [1, 2, 3, 4, 5, 6], 400)
+        rank1 = srv.worker(RANK1[layout])
+        # All at once: a stream opened after the others' first tokens would
+        # meet an API server busy streaming them, and come too late.
+        prompt = [(11 * i) % 500 + 5 for i in range(300)]
+        long = open_stream(srv.base, body(llama, prompt, 1500))
+        _, streams = long_streams(srv, llama, [1, 2, 3, 4, 5, 6], 1500)
         for s in streams:
             assert s.first.wait(120), "no first token"
-        prompt = [(11 * i) % 500 + 5 for i in range(300)]
-        long = open_stream(srv.base, body(llama, prompt, 400))
         assert long.first.wait(120), long.error
         t0 = time.time()
-        srv.worker(RANK1[layout]).kill()
+        rank1.kill()
         streams.append(long)
+        assert_open(streams)
         assert not wait_ended(streams, 60), "a stream hung on a dead rank"
         assert all(s.end == "error" for s in streams), [s.error for s in streams]
         assert max(s.ended for s in streams) - t0 < 30
