@@ -474,8 +474,8 @@ def install(wheel: Path, venv: Path, wheelhouse: Path | None = None) -> None:
         run([sys.executable, "-m", "venv", str(venv)])
         run([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=False)
     log(f"installing {wheel.name} into {venv} (first time: torch and friends, several GB)")
-    proc = subprocess.run([str(py), "-m", "pip", "install", "--force-reinstall", "--no-deps",
-                           str(wheel)], text=True)
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--force-reinstall",
+                           "--no-deps", str(wheel)], text=True)
     if proc.returncode != 0:
         raise BuildError(f"pip could not install {wheel.name} into {venv}")
     # Dependencies in a second step so that a re-install stays quick: pip skips
@@ -483,7 +483,8 @@ def install(wheel: Path, venv: Path, wheelhouse: Path | None = None) -> None:
     offline = []
     if wheelhouse is not None and fill_wheelhouse(py, wheel, wheelhouse):
         offline = ["--no-index", "--find-links", str(wheelhouse)]
-    proc = subprocess.run([str(py), "-m", "pip", "install", *offline, str(wheel)], text=True)
+    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", *offline, str(wheel)],
+                          text=True)
     if proc.returncode != 0:
         raise BuildError(f"pip could not install the dependencies of {wheel.name} into {venv}")
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR")
