@@ -84,12 +84,9 @@ def make_eagle3(root: Path, target: Path, *, seed: int = 0) -> Path:
     two layers (``eagle_aux_hidden_state_layer_ids`` 0, 1, 2)."""
     import torch
 
-    cfg = json.loads((target / "config.json").read_text())
-    path = Path(root) / f"eagle3-{target.name}-s{seed}"
+    cfg, path, (h, heads, kv, hd) = _head_for(root, target, "eagle3", seed)
     if (path / "config.json").exists():
         return path
-    h, heads, kv, hd = (cfg["hidden_size"], cfg["num_attention_heads"],
-                        cfg["num_key_value_heads"], cfg["head_dim"])
     layers = cfg["num_hidden_layers"]
     tgt = _target_tensors(target)
     t = {f"midlayer.{k}": v for k, v in
@@ -114,18 +111,24 @@ def make_eagle(root: Path, target: Path, *, seed: int = 0) -> Path:
     ``fc`` picks the hidden state."""
     import torch
 
-    cfg = json.loads((target / "config.json").read_text())
-    path = Path(root) / f"eagle-{target.name}-s{seed}"
+    cfg, path, (h, heads, kv, hd) = _head_for(root, target, "eagle", seed)
     if (path / "config.json").exists():
         return path
-    h, heads, kv, hd = (cfg["hidden_size"], cfg["num_attention_heads"],
-                        cfg["num_key_value_heads"], cfg["head_dim"])
     t = _layer("layers.0.", h, heads, kv, hd, cfg["intermediate_size"], h, seed + 50)
     del t["layers.0.input_layernorm.weight"]
     fc = _small(h, 2 * h, seed=seed + 60)
     fc[:, h:] += torch.eye(h)
     t["fc.weight"] = fc
     return _write_head(path, t, cfg, architectures=["LlamaForCausalLM"])
+
+
+def _head_for(root: Path, target: Path, kind: str, seed: int):
+    """The Llama ``target``'s config, the ``kind`` head's folder, and the
+    attention shapes the head copies (hidden, heads, KV heads, head dim)."""
+    cfg = json.loads((target / "config.json").read_text())
+    shapes = (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
+              cfg["head_dim"])
+    return cfg, Path(root) / f"{kind}-{target.name}-s{seed}", shapes
 
 
 def _write_head(path: Path, tensors: dict, target_cfg: dict, **fields) -> Path:
