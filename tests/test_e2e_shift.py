@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from harness.compare import assert_same, hf_run
-from harness.engine import run_engine
+from harness.engine import IN_PROCESS, run_engine
 from harness.models import make_model
 from harness.workload import ENGINE, LONG, check_prefix_cache, run
 
@@ -73,7 +73,7 @@ def test_forced_sp(llama):
     prompts = [p[:40] for p in (LONG, LONG[40:], LONG[80:], LONG[100:])]
     got = run_engine(llama, prompts, sp=2, shift_parallel=True, shift_parallel_threshold=1,
                      **{**ENGINE, "max_num_batched_tokens": 256},
-                     env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+                     env=IN_PROCESS)
     # TP=1 equals transformers (test_e2e_sp): the reference without an engine.
     ref = hf_run(llama, [prompts], ENGINE["max_tokens"])
     assert_same(ref, got, what="shift, all steps SP, vs transformers")

@@ -37,7 +37,7 @@ import pytest
 from harness import suffix
 from harness.compare import assert_no_further, assert_same
 from harness.drafters import make_eagle, make_eagle3, make_mimo, make_qwen3_next_mtp
-from harness.engine import run_engine
+from harness.engine import IN_PROCESS, run_engine
 from harness.models import GDN, make_qwen3_next
 from harness.workload import LONG, PROMPTS
 
@@ -173,21 +173,23 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     the bit, drafts included.  Under Shift every verify step of <= 12 tokens
     runs full TP=2: held no further from TP=1 than TP=2 with the MTP is.
 
-    Two settings keep vLLM's own TP=1 the same from run to run on the CPU
-    engine, which it is not otherwise with this target and drafter
-    (docs/reliability.md): scheduling is synchronous, and no prompt is
-    chunked: chunked prefill is off, so the 150-token prompt waits for room
-    and is prefilled whole beside four requests' verify steps.  Prefix
-    caching is off: with speculation, vLLM 0.26's CPU engine cannot keep a
-    hybrid's cached states (its 'align' step is a Triton kernel)."""
+    The engine core runs in-process: with its own process (the default)
+    it starts stepping as soon as the first request reaches it, so which
+    prompts share the first steps varies from run to run, and in bfloat16
+    another batch is another rounding (vLLM's own TP=1 gave two
+    continuations of prompt 3 that way).  In-process every prompt is
+    scheduled before the first step, and TP=1 repeats itself to the bit
+    with vLLM's defaults: chunked prefill (the 150-token prompt's chunks
+    share steps with four requests' verify steps) and async scheduling.
+    Prefix caching is off: with speculation, vLLM 0.26's CPU engine cannot
+    keep a hybrid's cached states (its 'align' step is a Triton kernel)."""
     model = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS_SPEC[2], PROMPTS[3], LONG]
 
     def run_hybrid(**kw):
-        return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=192,
-                          max_model_len=192, enable_chunked_prefill=False,
-                          enable_prefix_caching=False, async_scheduling=False,
-                          block_size=16, max_num_seqs=8,
+        return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=64,
+                          max_model_len=192, enable_prefix_caching=False,
+                          block_size=16, max_num_seqs=8, env=IN_PROCESS,
                           speculative_config=dict(method="qwen3_next_mtp",
                                                   num_speculative_tokens=1),
                           **GDN, **kw)
