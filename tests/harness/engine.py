@@ -26,10 +26,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULT = "@@engine-result@@ "
 KV_CACHE_BYTES = 64 << 20
-# The engine core in the child's own process: every prompt given to
-# ``generate`` is scheduled before the first step.  With its own process (the
-# default) the core starts stepping when the first request reaches it, so
-# which prompts share a step depends on timing; a test that needs the same
+# The engine core inside the child that calls ``generate``: every prompt is
+# scheduled before the first step.  In a process of its own (vLLM's default)
+# the core starts stepping when the first request reaches it, so which
+# prompts share a step depends on timing; a test that needs the same
 # batches in every run (bfloat16, where another batch rounds otherwise, or
 # a step-by-step mode count) passes this as ``env``.
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
