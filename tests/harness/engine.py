@@ -26,6 +26,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULT = "@@engine-result@@ "
 KV_CACHE_BYTES = 64 << 20
+# The most likely ids and their logprobs at each generated token: where a
+# bfloat16 run departs from its reference, they tell a near-tie from a
+# wrong distribution (harness.compare.assert_no_further).
+TOP_LOGPROBS = 3
 # The engine core inside the child that calls ``generate``: every prompt is
 # scheduled before the first step.  In a process of its own (vLLM's default)
 # the core starts stepping when the first request reaches it, so which
@@ -45,6 +49,7 @@ class Run:
     spec: dict = field(default_factory=dict)     # speculative decoding counters
     seconds: float = 0.0
     shift: list[dict] = field(default_factory=list)   # per rank, with shift_parallel
+    top: list[list[dict[int, float]]] = field(default_factory=list)  # TOP_LOGPROBS per token
     log: str = field(default="", repr=False)
 
 
@@ -94,8 +99,10 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
         raise RuntimeError(f"engine run failed (rc={proc.returncode}, tp={tp}, sp={sp}):\n"
                            + out[-6000:])
     res = json.loads(found[-1][len(RESULT):])
+    top = [[{int(t): lp for t, lp in pos.items()} for pos in seq] for seq in res["top"]]
     return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
-               res["prompt_ids"], res.get("spec", {}), res["seconds"], res.get("shift", []), out)
+               res["prompt_ids"], res.get("spec", {}), res["seconds"], res.get("shift", []),
+               top, out)
 
 
 def _image(seed: int, width: int, height: int):
@@ -136,7 +143,8 @@ def _child(spec: dict) -> None:
     llm = LLM(spec["model"], **engine)
 
     def params(prompt_logprobs: bool) -> SamplingParams:
-        return SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0, logprobs=0,
+        return SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0,
+                              logprobs=TOP_LOGPROBS,
                               prompt_logprobs=0 if prompt_logprobs else None,
                               ignore_eos=True, detokenize=False)
 
@@ -149,11 +157,13 @@ def _child(spec: dict) -> None:
         outs += llm.generate([_prompt(p) for p in batch],
                              params(spec["prompt_logprobs"] and i == 0))
     res = {"tokens": [], "logprobs": [], "prompt_logprobs": [], "cached_tokens": [],
-           "prompt_ids": [], "seconds": time.time() - t0}
+           "prompt_ids": [], "top": [], "seconds": time.time() - t0}
     for o in outs:
         c = o.outputs[0]
         res["tokens"].append(list(c.token_ids))
         res["logprobs"].append([lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
+        res["top"].append([{t: x.logprob for t, x in lp.items() if x.rank <= TOP_LOGPROBS}
+                           for lp in c.logprobs])
         plp = []
         for t, lp in zip(o.prompt_token_ids, o.prompt_logprobs or []):
             plp.append(None if lp is None else lp[t].logprob)
