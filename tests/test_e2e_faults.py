@@ -25,6 +25,7 @@ exactly what upstream promises for TP.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -40,6 +41,10 @@ STALL_TIMEOUT_S = 20            # VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS of these se
 LAYOUTS = {"sp": ["-sp", "2", "--shift-parallel", "--shift-parallel-threshold", "8"],
            "tp": ["-tp", "2"]}
 RANK1 = {"sp": "Worker_SP1", "tp": "Worker_TP1"}
+# CI holds our layout; plain TP=2, upstream's behaviour under the same
+# faults (docs/reliability.md), costs CI minutes and is run by hand:
+# FAULTS_LAYOUTS=sp,tp ci/test.sh -k faults
+RUN_LAYOUTS = os.environ.get("FAULTS_LAYOUTS", "sp").split(",")
 # vLLM's CPU all-reduce for a TP group (csrc/cpu/shm.cpp) keeps two 4 MiB
 # segments per group in /dev/shm that only a clean exit removes: a killed
 # or stopped worker leaves them behind at plain TP=2 as under SP (GPUs use
@@ -57,7 +62,7 @@ def start(model, layout: str, log) -> Server:
                   env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": str(STALL_TIMEOUT_S)})
 
 
-@pytest.fixture(scope="module", params=list(LAYOUTS))
+@pytest.fixture(scope="module", params=RUN_LAYOUTS)
 def served(request, llama, models_dir, tmp_path_factory):
     """One server per layout for the fuzz and the stalls (the last stall
     ends it), on the Llama with JSON's pieces in its vocabulary."""
@@ -169,7 +174,7 @@ def test_stalled_rank_never_resumed_fails_fast(served):
     assert not srv.leftovers(ignore=UPSTREAM_LEAKS), srv.leftovers(ignore=UPSTREAM_LEAKS)
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("layout", RUN_LAYOUTS)
 def test_rank_killed_while_modes_switch(layout, llama, tmp_path):
     """SIGKILL on rank 1 when a long prompt's first token arrives: its
     prefill ran in 130-token chunks beside 6 decoding streams (SP steps
