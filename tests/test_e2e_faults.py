@@ -1,7 +1,8 @@
 """Faults and bad input through the real server (`vllm serve`, loopback),
-each case run on `-sp 2 --shift-parallel` and on plain `-tp 2`, the same
-world size, with the same expectations: what SP and Shift promise here is
-exactly what upstream promises for TP.
+each case written for `-sp 2 --shift-parallel` and for plain `-tp 2`, the
+same world size, with the same expectations: what SP and Shift promise here
+is exactly what upstream promises for TP.  CI runs our layout; the `-tp 2`
+cases run with FAULTS_LAYOUTS=sp,tp.
 
 - Bad input: a fuzz of >= 200 requests at concurrency 16, bad ones
   interleaved with valid ones (harness.faults.fuzz_cases): every bad one
