@@ -59,7 +59,7 @@ if [[ $tier == no-kernels ]]; then
     -r tests/requirements.txt
   rc=0
   SP_VLLM_VERSION=$version stage "tests: vLLM $version, no-kernels tier ($*)" \
-    "$venv/bin/python" -m pytest tests -v -rfEs --durations=15 "$@" || rc=$?
+    "$venv/bin/python" -m pytest tests -v -rfEs --durations=40 "$@" || rc=$?
   [[ $rc -eq 5 ]] && { echo "ci/test.sh: pytest collected no tests: that is a failure" >&2; exit 1; }
   exit $rc
 fi
@@ -88,7 +88,7 @@ stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
 
 rc=0
 SP_VLLM_VERSION=$version stage "tests: vLLM $version${*:+ ($*)}" \
-  "$venv/bin/python" -m pytest tests -v -rfEs --durations=15 "$@" || rc=$?
+  "$venv/bin/python" -m pytest tests -v -rfEs --durations=40 "$@" || rc=$?
 if [[ $rc -eq 5 ]]; then
   echo "ci/test.sh: pytest collected no tests: that is a failure" >&2
   exit 1

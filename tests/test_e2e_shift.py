@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from harness.compare import assert_same, hf_run
-from harness.engine import IN_PROCESS, run_engine
+from harness.engine import run_engine
 from harness.models import make_model
 from harness.workload import ENGINE, LONG, check_prefix_cache, run
 
@@ -65,15 +65,14 @@ def test_forced_sp(llama):
     have more tokens: four equal prompts prefill in one step and decode
     together, so the full-TP model is loaded but never serves a step.
 
-    The engine core runs in-process here: with its own process (the
-    default) it starts stepping as soon as the first request reaches it,
+    The engine core runs in-process (harness.engine): with its own
+    process it starts stepping as soon as the first request reaches it,
     and on a slow machine the four requests then start one or two steps
     apart, so the last decode steps carry 1-2 tokens and rightly run in
     full TP (seen once in CI)."""
     prompts = [p[:40] for p in (LONG, LONG[40:], LONG[80:], LONG[100:])]
     got = run_engine(llama, prompts, sp=2, shift_parallel=True, shift_parallel_threshold=1,
-                     **{**ENGINE, "max_num_batched_tokens": 256},
-                     env=IN_PROCESS)
+                     **{**ENGINE, "max_num_batched_tokens": 256})
     # TP=1 equals transformers (test_e2e_sp): the reference without an engine.
     ref = hf_run(llama, [prompts], ENGINE["max_tokens"])
     assert_same(ref, got, what="shift, all steps SP, vs transformers")

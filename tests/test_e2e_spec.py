@@ -37,7 +37,7 @@ import pytest
 from harness import suffix
 from harness.compare import assert_no_further, assert_same
 from harness.drafters import make_eagle, make_eagle3, make_mimo, make_qwen3_next_mtp
-from harness.engine import IN_PROCESS, run_engine
+from harness.engine import run_engine
 from harness.models import GDN, make_qwen3_next
 from harness.workload import LONG, PROMPTS
 
@@ -167,8 +167,8 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     the bit, drafts included.  Under Shift every verify step of <= 12 tokens
     runs full TP=2: held no further from TP=1 than TP=2 with the MTP is.
 
-    The engine core runs in-process: with its own process (the default)
-    it starts stepping as soon as the first request reaches it, so which
+    The engine core runs in-process (harness.engine): with its own
+    process it starts stepping as soon as the first request reaches it, so which
     prompts share the first steps varies from run to run, and in bfloat16
     another batch is another rounding (vLLM's own TP=1 gave two
     continuations of prompt 3 that way).  In-process every prompt is
@@ -183,7 +183,7 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     def run_hybrid(**kw):
         return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=64,
                           max_model_len=192, enable_prefix_caching=False,
-                          block_size=16, max_num_seqs=8, env=IN_PROCESS,
+                          block_size=16, max_num_seqs=8,
                           speculative_config=dict(method="qwen3_next_mtp",
                                                   num_speculative_tokens=1),
                           **GDN, **kw)

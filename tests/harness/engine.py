@@ -30,12 +30,20 @@ KV_CACHE_BYTES = 64 << 20
 # bfloat16 run departs from its reference, they tell a near-tie from a
 # wrong distribution (harness.compare.assert_no_further).
 TOP_LOGPROBS = 3
-# The engine core inside the child that calls ``generate``: every prompt is
-# scheduled before the first step.  In a process of its own (vLLM's default)
-# the core starts stepping when the first request reaches it, so which
-# prompts share a step depends on timing; a test that needs the same
-# batches in every run (bfloat16, where another batch rounds otherwise, or
-# a step-by-step mode count) passes this as ``env``.
+# The engine core runs inside the child that calls ``generate`` (vLLM's
+# default gives it a process of its own).  Two reasons:
+# * every prompt is scheduled before the first step.  In a process of its
+#   own the core starts stepping when the first request reaches it, so which
+#   prompts share a step depends on timing; in bfloat16 another batch rounds
+#   otherwise, and a step-by-step mode count would vary.
+# * start-up: one interpreter fewer to import vLLM into, and at TP=1 no
+#   worker process either (the model runs in the child, as in vLLM's
+#   UniProcExecutor); on the 2-core CI machine a TP=1 run took 13 s this
+#   way against 42 s, a TP=2 x SP=2 run 44 s against 60 s.
+# The workers, the model runner and the scheduler are the same code either
+# way; ``vllm serve`` (harness.server) always runs the core in its own
+# process, so the server tests cover that path.  A caller may pass
+# {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"} in ``env`` to get it here.
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
@@ -85,7 +93,7 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
     if sp != 1:
         spec["engine"]["sequence_parallel_size"] = sp
     world = tp * sp * engine_kwargs.get("pipeline_parallel_size", 1)
-    env = {**os.environ, **cpu_env(world), **(env or {})}
+    env = {**os.environ, **cpu_env(world), **IN_PROCESS, **(env or {})}
     if engine_kwargs.get("shift_parallel"):
         # The per-rank report is a function sent to the workers.
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
