@@ -190,6 +190,11 @@ def _child(spec: dict) -> None:
             a["served"] = {m: a["calls"][m] - b["calls"][m] for m in a["calls"]}
         res["shift"] = after
     print(RESULT + json.dumps(res), flush=True)
+    # Shut the engine down while everything it uses is alive: left to the
+    # interpreter's exit, an in-process core's Ray executor kills its actors
+    # after Ray's own exit hook has torn down the worker that owns them
+    # (a fatal check in Ray, exit code 1, after the result).
+    llm.llm_engine.engine_core.shutdown()
 
 
 def _shift_report(worker) -> dict:
