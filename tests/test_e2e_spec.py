@@ -13,7 +13,8 @@ like the tokens), in full TP under ``--shift-parallel`` (borrowing the
 full-TP model's embedding and LM head); the target's verify steps (k+1
 tokens per request) pick their mode by size like any step.  One layout per
 method, so that together they cover both placements, the TP=2 x SP=2
-layout with KV heads replicated, the borrowed modules and the aux hidden
+layout with the target's KV heads replicated (n-gram), compiled graphs of
+both models and the head (EAGLE-3), the borrowed modules and the aux hidden
 states from both target models:
 
 * n-gram (no model), ``-tp 2 -sp 2 --shift-parallel``;
@@ -21,8 +22,8 @@ states from both target models:
   ``-sp 2 --shift-parallel``;
 * draft model (the target itself), ``-sp 2`` and ``-sp 2 --shift-parallel``:
   SP drafter and full-TP drafter, each with its own embedding;
-* EAGLE-3 head, ``-tp 2 -sp 2 --shift-parallel`` compiled by Inductor
-  (the full-TP drafter, compiled); an EAGLE (v1) head, the same proposer,
+* EAGLE-3 head, ``-sp 2 --shift-parallel`` compiled by Inductor (the
+  full-TP drafter at TP=2, compiled); an EAGLE (v1) head, the same proposer,
   ``-sp 2`` (the SP drafter);
 * MTP (MiMo's layer), ``-sp 2 --shift-parallel``;
 * MTP on a hybrid target (Qwen3-Next's layer over its Gated-DeltaNet
@@ -118,10 +119,10 @@ def test_eagle3_under_shift_compiled(llama, plain, models_dir, tmp_path):
     ref = run(llama, spec)
     assert ref.tokens == plain.tokens, "greedy speculation changed TP=1's tokens"
     assert ref.spec["accepted"] > 0, ref.spec
-    got = run(llama, spec, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=12,
+    got = run(llama, spec, sp=2, shift_parallel=True, shift_parallel_threshold=12,
               enforce_eager=False,
               env={"TORCHDYNAMO_DISABLE": "0", "VLLM_CACHE_ROOT": str(tmp_path)})
-    assert_same(plain, got, what="EAGLE-3, TP=2xSP=2 shift compiled vs TP=1 eager "
+    assert_same(plain, got, what="EAGLE-3, SP=2 shift compiled vs TP=1 eager "
                                  "without speculation")
     assert got.spec == ref.spec, (got.spec, ref.spec)
     check_served(got, 2, 5)
