@@ -1,8 +1,9 @@
 # Sourced by ci/test.sh and .ci/run: `stage NAME cmd...` runs cmd, returns
 # its status, and appends "NAME<TAB>seconds<TAB>status" to $CI_STAGE_TIMES
-# (when set) for .ci/run's table of where the time went.
+# (when set) for .ci/run's table of where the time went; $CI_STAGE_SUFFIX,
+# when set, is added to NAME (a stage that ran beside another).
 stage() {
-  local name=$1 t0=$SECONDS rc=0
+  local name=$1${CI_STAGE_SUFFIX:-} t0=$SECONDS rc=0
   shift
   "$@" || rc=$?
   if [[ -n ${CI_STAGE_TIMES:-} ]]; then

