@@ -49,7 +49,7 @@ LAUNCHER = textwrap.dedent('''
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             exec(compile(ast.Module([node], []), script, "exec"), {})
     sys.stdout.flush(), sys.stderr.flush()
-    ranks = {}
+    ranks = set()
     for rank in range(world):
         pid = os.fork()
         if pid == 0:
@@ -64,11 +64,11 @@ LAUNCHER = textwrap.dedent('''
                 status = 1
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(status)
-        ranks[pid] = rank
+        ranks.add(pid)
     failed = False
     while ranks:
         pid, status = os.wait()
-        ranks.pop(pid)
+        ranks.discard(pid)
         if os.waitstatus_to_exitcode(status) != 0 and not failed:
             failed = True
             for other in ranks:
