@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # On the GPU host, once every part from benchmarks/stage.py is in PARTS_DIR:
 #   bash benchmarks/host-setup.sh PARTS_DIR
-# -> $SITE_OFFICIAL  the official vLLM 0.26.0 wheel + runtime packages
-#    $SITE_OURS      the same, hard-linked, with our patched files laid over it
-#    $SITE_ARCTIC    ArcticInference (over $SITE_OFFICIAL), when its sdist is in PARTS_DIR
-# (paths and their defaults, /tmp/site, /tmp/site-ours, /tmp/site-arctic: hostpaths.sh)
+# -> the image's Python: the official vLLM wheel installed as `pip install vllm`
+#    installs it (unpack.sh); $BENCH_DIR/res/env.txt: pip check and versions
+#    $SITE_OFFICIAL  an empty folder: the official rows run the image's Python as is
+#    $SITE_OURS      a hard-linked copy of the installed vllm package with our
+#                    patched files laid over it (PYTHONPATH puts it first)
+#    $SITE_ARCTIC    ArcticInference (over the official install), when its sdist is in PARTS_DIR
+# (paths and their defaults: hostpaths.sh)
 set -euo pipefail
 parts=$1
 # shellcheck source=hostpaths.sh
 source "$(dirname "${BASH_SOURCE[0]}")/hostpaths.sh"
-bash "$parts/unpack.sh" "$parts" "$SITE_OFFICIAL" > /dev/null
-rm -rf "$SITE_OURS"
-cp -al "$SITE_OFFICIAL" "$SITE_OURS"
+mkdir -p "$BENCH_DIR/res"
+bash "$parts/unpack.sh" "$parts" "$BENCH_DIR/res/env.txt"
+installed=$(python3 -c 'import os, vllm; print(os.path.dirname(vllm.__file__))')
+rm -rf "$SITE_OFFICIAL" "$SITE_OURS"
+mkdir -p "$SITE_OFFICIAL" "$SITE_OURS"
+cp -al "$installed" "$SITE_OURS/vllm"
 # --unlink-first: never write through a hard link into the official copy.
 tar -xzf "$parts/ours.tar.gz" -C "$SITE_OURS" --unlink-first
 while read -r f; do [[ -n "$f" ]] && rm -f "$SITE_OURS/$f"; done < "$SITE_OURS/DELETED"
-PYTHONPATH=$SITE_OFFICIAL python3 -c 'import vllm; print("official", vllm.__version__)'
-PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__)'
+PYTHONPATH=$SITE_OFFICIAL python3 -c 'import vllm; print("official", vllm.__version__, vllm.__file__)'
+PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__, vllm.__file__)'
 for sdist in "$parts"/arctic_inference-*.tar.gz; do
   if [[ -f $sdist ]]; then
     bash "$(dirname "${BASH_SOURCE[0]}")/arctic-setup.sh" "$sdist" "$SITE_ARCTIC"

@@ -3,9 +3,15 @@
 # sees them), host-setup.sh and arctic-setup.sh; run.py reads the same
 # variables with the same defaults.  The staged parts' folder is an argument
 # of session.sh and host-setup.sh (the staging calls in README.md use /root/gh).
-: "${SITE_OFFICIAL:=/tmp/site}"       # the official vLLM wheel + the runtime packages the host lacks
-: "${SITE_OURS:=/tmp/site-ours}"      # the same, hard-linked, with our patched files laid over it
+: "${SITE_OFFICIAL:=/tmp/site}"       # empty: the official wheel is pip-installed into the image itself
+: "${SITE_OURS:=/tmp/site-ours}"      # the installed vllm package, hard-linked, ours laid over it
 : "${SITE_ARCTIC:=/tmp/site-arctic}"  # ArcticInference, a plugin over $SITE_OFFICIAL
 : "${BENCH_DIR:=/root/bench}"         # run.py: results in res/ (what a poll archives), models in models/
 : "${CKPT_DIR:=/root/ckpt}"           # sp_gpu.py: the seeded random checkpoint (15 GB at 8B)
 export SITE_OFFICIAL SITE_OURS SITE_ARCTIC BENCH_DIR CKPT_DIR
+# The hosts forbid NVLink multicast (a program that uses it can take the shared
+# GPUs out of service).  vLLM 0.26's FlashInfer all-reduce fusion (on by
+# default at TP > 1 on Hopper) picks FlashInfer's "mnnvl" workspace, which
+# creates multicast objects itself, past NCCL_NVLS_ENABLE=0; "trtllm" is what
+# vLLM falls back to on a node without multicast, with the fusion kept on.
+export VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm

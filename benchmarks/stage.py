@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Stage one bundle that gives an offline GPU host both vLLM installs the
-benchmark matrix compares: the official 0.26.0 wheel (TP, DP and
-ArcticInference rows) and ours (the official wheel with our patched Python
-files over it).
+"""Stage one bundle that gives an offline GPU host the environment `pip install
+vllm==<pin>` gives a user there, plus ours beside it.
 
-Why not two wheels: ours differs from the official wheel in a few dozen
-Python files, while each wheel is ~300 MB and every transfer to the host is
-capped.  So the official wheel travels once (through
-../shared/gpu-host/stage.sh, which also adds the runtime packages the host
-lacks) and ours as ``ours.tar.gz`` (the changed and added members, plus the
-list of members ours deletes), which ``host-setup.sh`` lays over a
-hard-linked copy of the official install.  The peer, ArcticInference, travels
-as its 226 KB sdist (hash-pinned below) and is built on the host by
+The official wheel and every wheel pip adds to the host's image for it
+(``user_env.py``: pip's own resolution against ``host/image-cp312.json``,
+flashinfer and the rest of the wheel's `Requires-Dist` included) travel as
+one tar cut into parts; ``unpack.sh`` runs the real ``pip install
+--no-index`` into the image's environment and records ``pip check``.  Ours
+differs from the official wheel in a few dozen Python files, so it travels
+as ``ours.tar.gz`` (the changed and added members, plus the list of members
+ours deletes), which ``host-setup.sh`` lays over a hard-linked copy of the
+installed ``vllm`` package.  The peer, ArcticInference, travels as its
+226 KB sdist (hash-pinned below) and is built on the host by
 ``arctic-setup.sh``.
 
     ./build.sh --device cuda && python3 benchmarks/stage.py [OUTDIR]   (default .gpuhost)
@@ -64,16 +64,27 @@ def part_bytes() -> int:
     return size
 
 
-def resplit(out: Path) -> None:
-    """stage.sh cuts 60 MiB parts; re-cut the same bytes to part_bytes()
-    (unpack.sh concatenates part* in name order and checks the hash)."""
+def bundle(official: Path, out: Path) -> int:
+    """official wheel + the added wheels + their lock -> out/part00.. and
+    out/bundle.sha256; returns the number of parts."""
+    deps = CACHE / f"user-env-{VERSION}"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "user_env.py"), str(official),
+                    str(deps)], check=True)
     size = part_bytes()
-    parts = sorted(out.glob("part*"))
-    data = b"".join(p.read_bytes() for p in parts)
-    for p in parts:
-        p.unlink()
-    for i in range(0, len(data), size):
-        (out / f"part{i // size:02d}").write_bytes(data[i:i + size])
+    h = hashlib.sha256()
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.add(official, f"bundle/{official.name}")
+        for whl in sorted(deps.glob("*.whl")):
+            tar.add(whl, f"bundle/deps/{whl.name}")
+        tar.add(deps / "lock.txt", "bundle/lock.txt")
+    raw = data.getvalue()
+    h.update(raw)
+    for i in range(0, len(raw), size):
+        (out / f"part{i // size:02d}").write_bytes(raw[i:i + size])
+    (out / "bundle.sha256").write_text(h.hexdigest() + "\n")
+    shutil.copy(ROOT / "benchmarks" / "unpack.sh", out / "unpack.sh")
+    return -(-len(raw) // size)
 
 
 def main(out: Path) -> None:
@@ -83,9 +94,9 @@ def main(out: Path) -> None:
                      (ours, "./build.sh --device cuda")):
         if not whl.exists():
             sys.exit(f"stage.py: {whl} is missing: {how}")
-    subprocess.run([str(ROOT.parent / "shared" / "gpu-host" / "stage.sh"), str(official), str(out)],
-                   check=True)
-    resplit(out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    parts = bundle(official, out)
     a, b = members(official), members(ours)
     changed = sorted(n for n in b if a.get(n) != b[n])
     deleted = sorted(n for n in a if n not in b)
@@ -106,6 +117,7 @@ def main(out: Path) -> None:
     sdist = fetch(name, filename, {filename: sha}, CACHE, ROOT / "patches" / f"v{VERSION}",
                   sdist=True)
     shutil.copy(sdist, out / filename)
+    print(f"stage.py: {parts} parts of at most {part_bytes() >> 20} MiB in {out}")
     print(f"stage.py: ours = official + {len(changed)} changed/added files - {len(deleted)} "
           f"deleted -> {buf} ({buf.stat().st_size // 1024} KiB)")
 

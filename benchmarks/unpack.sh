@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the GPU host, in a folder holding part00, part01, ... from stage.py (parts
+# arrive over several calls: collect them in one folder first):
+#   bash unpack.sh PARTS_DIR [REPORT]
+# Installs the official vLLM wheel into the image's own Python environment the
+# way a user's `pip install vllm` does there: pip resolves against what the
+# image has, taking what it lacks from the staged wheels (--no-index: the host
+# has no network).  REPORT (default PARTS_DIR/env.txt) gets `pip check`'s
+# verdict, the versions that decide the GPU paths, and the install's lock.
+set -euo pipefail
+parts=$1; report=${2:-$1/env.txt}
+got=$(cat "$parts"/part* | sha256sum | cut -d' ' -f1)
+if [[ "$got" != "$(cat "$parts/bundle.sha256")" ]]; then
+  echo "unpack.sh: parts are incomplete or damaged (sha256 $got)" >&2; exit 1
+fi
+work=$(mktemp -d)
+cat "$parts"/part* | tar x -C "$work"
+python3 -m pip install -q --no-index --no-cache-dir --find-links "$work/bundle/deps" \
+  "$work"/bundle/vllm-*.whl
+{
+  echo "== python: $(command -v python3) ($(python3 -V 2>&1))"
+  echo "== pip check"
+  python3 -m pip check 2>&1 && echo "pip check: clean" || echo "pip check: NOT clean"
+  echo "== versions"
+  python3 - <<'PY'
+import importlib.metadata as md
+import torch
+for name in ("vllm", "torch", "triton", "flashinfer-python", "nvidia-nccl-cu13", "nvidia-cutlass-dsl",
+             "apache-tvm-ffi", "transformers", "numpy", "numba"):
+    try:
+        print(f"{name}=={md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name}: not installed")
+print("torch.cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))
+PY
+  echo "== staged lock (user_env.py)"
+  cat "$work/bundle/lock.txt"
+} > "$report" 2>&1
+rm -rf "$work"
+grep -E "^pip check|^vllm==|^flashinfer|^torch" "$report"
