@@ -119,7 +119,7 @@ BODY = '''
     group = ulysses.get_sp_group()
     s, t = ulysses.sp_rank(), ps.get_tensor_model_parallel_rank()
     assert group.world_size == sp and ulysses.get_full_tp_group().rank_in_group == t * sp + s
-    ulysses._register_ops()
+    ulysses.register_ops()
     D = 4
     for H, KV, T in [(8, 4, 12), (8, 2, 8), (8, 1, 16), (4, 4, 4)]:
         hq, hkv = H // tp, max(1, KV // tp)          # heads of this TP rank
@@ -157,7 +157,7 @@ def test_exchange_op_takes_contiguous_input_from_inductor():
     import torch
     from vllm.distributed import ulysses
 
-    ulysses._register_ops()
+    ulysses.register_ops()
     assert torch.Tag.needs_contiguous_strides in torch.ops.vllm.ulysses_all_to_all.default.tags
 
 

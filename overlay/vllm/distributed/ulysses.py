@@ -205,7 +205,10 @@ def _all_to_all_fake(x: torch.Tensor, group_name: str) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def _register_ops() -> None:
+def register_ops() -> None:
+    """Register ``torch.ops.vllm.ulysses_all_to_all`` (once per process).
+    Called by each plan as it is created, so a run with SP=1 registers
+    nothing."""
     from vllm.utils.torch_utils import direct_register_custom_op
 
     if not hasattr(torch.ops.vllm, "ulysses_all_to_all"):
@@ -313,7 +316,7 @@ class AttentionPlan:
         if attn_type != AttentionType.DECODER:
             raise ValueError(f"sequence parallelism supports decoder self-attention only, "
                              f"not {attn_type}")
-        _register_ops()
+        register_ops()
         heads, kv_heads, repeat = local_head_counts(num_heads, num_kv_heads, sp_size())
         return cls(num_heads, num_kv_heads, heads, kv_heads, repeat, get_sp_group(), sp_rank())
 
@@ -399,10 +402,10 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
     only pad the step to a multiple of SP (``pad_tokens``)."""
     if sp_size() == 1:
         return model
-    from vllm.distributed import ulysses_linear, ulysses_multimodal
+    from vllm.distributed import ulysses_gdn, ulysses_multimodal
     from vllm.sequence import IntermediateTensors
 
-    ulysses_linear.check_model(model)
+    ulysses_gdn.check_model(model)
 
     inner = model.forward
 
@@ -494,9 +497,9 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError(f"sequence_parallel_size > 1 needs a decoder whose layers all use "
                          f"attention; {what} does not; use -sp 1")
     if mc.is_hybrid:   # Gated-DeltaNet hybrids are served; the others refused
-        from vllm.distributed import ulysses_linear
+        from vllm.distributed import ulysses_gdn
 
-        ulysses_linear.verify_hybrid(config)
+        ulysses_gdn.verify_hybrid(config)
     if mc.runner_type not in ("generate", "draft"):   # draft: a drafter's own config
         raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
                          f"runner '{mc.runner_type}'; use -sp 1")

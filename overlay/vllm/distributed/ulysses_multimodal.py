@@ -42,7 +42,7 @@ SP_MULTIMODAL = {
     # Deepstack side inputs sliced (slice_side_inputs).
     "Qwen3VLForConditionalGeneration": "test_e2e_families.py::qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "Qwen3VLForConditionalGeneration",
-    # Gated-DeltaNet hybrid decoders (ulysses_linear.py) under the same merge.
+    # Gated-DeltaNet hybrid decoders (ulysses_gdn.py) under the same merge.
     "Qwen3_5ForConditionalGeneration": "test_e2e_families.py::qwen3_5_vl",
     "Qwen3_5MoeForConditionalGeneration": "Qwen3_5ForConditionalGeneration",
     # Text prompts tested; images reach the decoder as Gemma 3's do (merged

@@ -1,4 +1,4 @@
-"""Ulysses SP for Gated-DeltaNet layers (``vllm.distributed.ulysses_linear``)
+"""Ulysses SP for Gated-DeltaNet layers (``vllm.distributed.ulysses_gdn``)
 without an engine: under gloo, a real Qwen3-Next GDN mixer's plan exchanges
 its projections so that a per-head causal core over the whole step gives
 each rank what one process computes over all tokens, and the view the core
@@ -20,7 +20,7 @@ from harness.models import make_model
 BODY = '''
     from transformers import Qwen3NextConfig
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import shift, ulysses_linear
+    from vllm.distributed import shift, ulysses_gdn
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
         QwenGatedDeltaNetAttention)
 

@@ -160,7 +160,7 @@ class LinearAttentionPlan:
             if heads % (tp * sp):
                 raise ValueError(f"{heads} linear-attention {what} heads are not divisible by "
                                  f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}")
-        ulysses._register_ops()
+        ulysses.register_ops()
         plan = cls(mixer)
         table = get_current_vllm_config().compilation_config.static_forward_context
         assert table.get(mixer.prefix) is mixer, f"{mixer.prefix} is not registered"
@@ -204,7 +204,7 @@ def _v_heads(view: Any, param: torch.Tensor) -> torch.Tensor:
 def _view_class(cls: type) -> type:
     if cls not in _VIEW_CLASSES:
         _VIEW_CLASSES[cls] = type(f"Ulysses{cls.__name__}", (cls,), {
-            "__doc__": "A GDN mixer as plain TP over TP*SP ranks sees it (ulysses_linear).",
+            "__doc__": "A GDN mixer as plain TP over TP*SP ranks sees it (ulysses_gdn).",
             "A_log": property(lambda self: _v_heads(self, _VIEWS[self][0].A_log)),
             "dt_bias": property(lambda self: _v_heads(self, _VIEWS[self][0].dt_bias)),
             "conv1d": property(lambda self: _VIEWS[self][1].conv),
