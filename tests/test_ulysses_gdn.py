@@ -20,7 +20,6 @@ from harness.models import make_model
 BODY = '''
     from transformers import Qwen3NextConfig
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import shift, ulysses_gdn
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
         QwenGatedDeltaNetAttention)
 
@@ -36,7 +35,7 @@ BODY = '''
                        SimpleNamespace(hf_text_config=hf, dtype=torch.float32))
     with set_current_vllm_config(cfg):
         mixer = QwenGatedDeltaNetAttention(hf, cfg, prefix=name, gqa_interleaved_layout=True)
-    full_cfg = shift._full_tp_config(cfg)
+    full_cfg = ulysses.full_tp_config(cfg)
     with ulysses.as_full_tp(), set_current_vllm_config(full_cfg):
         full = QwenGatedDeltaNetAttention(hf, full_cfg, prefix=name, gqa_interleaved_layout=True)
     assert full.ulysses is None and full_cfg.compilation_config.static_forward_context[name] is full

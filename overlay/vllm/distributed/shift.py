@@ -51,7 +51,6 @@ How:
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -108,9 +107,9 @@ def effective_threshold(config: VllmConfig | ParallelConfig) -> int:
 def validate_parallel_config(pc: ParallelConfig) -> None:
     """Checks that need no model.  Raises ValueError with a one-line fix."""
     if _BUILDING:
-        # The full-TP model's own config (SP folded into TP, shift still on:
-        # see _full_tp_config), re-validated when a multimodal model builds
-        # its language model from a copy of it.
+        # The full-TP model's own config (SP folded into TP, shift still
+        # on: see ulysses.full_tp_config), re-validated when a multimodal
+        # model builds its language model from a copy of it.
         return
     threshold = pc.shift_parallel_threshold
     if not pc.shift_parallel:
@@ -178,25 +177,6 @@ def _ranges(sizes: list[int]) -> str:
 
 # ---------------------------------------------------------------- model
 
-def _full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
-    """The same config as plain TP over the full-TP group, with its own
-    table of layers (so names do not clash with the SP model's).
-
-    ``shift_parallel`` stays on: the compile caches key on the config's
-    hash, and this model's graphs name the full-TP group, so they must
-    never be mistaken for a genuine TP=TP*SP run's (which name ``tp``)."""
-    pc = copy.copy(vllm_config.parallel_config)
-    pc.tensor_parallel_size = pc.tp_sp_size
-    pc.sequence_parallel_size = 1
-    cc = copy.copy(vllm_config.compilation_config)
-    cc.static_forward_context = {}
-    cc.static_all_moe_layers = []
-    cfg = copy.copy(vllm_config)
-    cfg.parallel_config = pc
-    cfg.compilation_config = cc
-    return cfg
-
-
 def attach(model: torch.nn.Module, vllm_config: VllmConfig,
            load: Callable[[VllmConfig], torch.nn.Module]) -> torch.nn.Module:
     """Called by the model loader with the freshly loaded SP model.  Loads
@@ -208,7 +188,7 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     from vllm.compilation.backends import set_model_tag
 
     before = _allocated()
-    cfg = _full_tp_config(vllm_config)
+    cfg = ulysses.full_tp_config(vllm_config)
     _BUILDING = True
     try:
         with ulysses.as_full_tp(), set_model_tag("shift_full_tp"):

@@ -38,6 +38,7 @@ off (see ``verify_config``).
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -159,6 +160,34 @@ def as_full_tp() -> Iterator[None]:
         yield
     finally:
         parallel_state._TP, _SP = saved
+
+
+def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
+    """``vllm_config`` as plain TP over the full-TP group (TP=TP*SP, no SP):
+    the layout whose heads, and so KV-cache and recurrent-state shapes, are
+    the ones Ulysses puts on each GPU.  Shift builds its full-TP model with
+    it; the hybrid KV cache's page size counts one GPU's Gated-DeltaNet
+    state by it.  With SP=1, ``vllm_config`` itself.
+
+    A copy with its own, empty table of layers by name, so that a model
+    built with it does not clash with the SP model's names.
+    ``shift_parallel`` stays as it is: the compile caches key on the
+    config's hash, and the full-TP model's graphs name the full-TP group,
+    so they must never be mistaken for a genuine TP=TP*SP run's (which
+    name ``tp``)."""
+    pc = vllm_config.parallel_config
+    if pc.sequence_parallel_size == 1:
+        return vllm_config
+    full = copy.copy(pc)
+    full.tensor_parallel_size = pc.tp_sp_size
+    full.sequence_parallel_size = 1
+    cc = copy.copy(vllm_config.compilation_config)
+    cc.static_forward_context = {}
+    cc.static_all_moe_layers = []
+    cfg = copy.copy(vllm_config)
+    cfg.parallel_config = full
+    cfg.compilation_config = cc
+    return cfg
 
 
 def graph_capture_groups() -> list[GroupCoordinator]:

@@ -93,24 +93,6 @@ def _non_attention_layers(hf: Any) -> str:
     return "/".join(kinds) if kinds else "state-space or linear-attention"
 
 
-def state_config(vllm_config: VllmConfig) -> VllmConfig:
-    """The config whose ``get_mamba_state_shape_from_config`` gives one
-    GPU's state under SP: plain TP over TP*SP ranks (the page-size
-    unification of a hybrid's KV cache sizes its blocks by it, as the
-    attention page already counts TP*SP's KV heads)."""
-    import copy
-
-    pc = vllm_config.parallel_config
-    if getattr(pc, "sequence_parallel_size", 1) == 1:
-        return vllm_config
-    full = copy.copy(pc)
-    full.tensor_parallel_size = pc.tp_sp_size
-    full.sequence_parallel_size = 1
-    cfg = copy.copy(vllm_config)
-    cfg.parallel_config = full
-    return cfg
-
-
 def check_model(model: torch.nn.Module) -> None:
     """Under SP every state-keeping (Mamba-like) layer must run through a
     plan: without one it would run its recurrence on 1/SP of the tokens and
