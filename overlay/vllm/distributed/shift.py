@@ -45,7 +45,7 @@ How:
   model's: one KV cache still serves all three.  The target's verify steps
   ((k+1) tokens per request) are ordinary steps: their size picks the mode,
   drafts counted, and the threshold is a multiple of k+1 as well as of SP
-  (``ulysses.capture_multiple``) so that CUDA graphs padded for
+  (``ulysses_config.capture_multiple``) so that CUDA graphs padded for
   speculation never carry a step across it.
 """
 
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.distributed import ulysses, ulysses_multimodal
+from vllm.distributed import ulysses, ulysses_config, ulysses_multimodal
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
@@ -96,11 +96,11 @@ def enabled(config: VllmConfig | ParallelConfig) -> bool:
 
 def effective_threshold(config: VllmConfig | ParallelConfig) -> int:
     """The threshold rounded up to a multiple of SP (and, with speculative
-    decoding, of k+1: ``ulysses.capture_multiple``): every step is padded
-    to such a multiple, so a threshold between two could not be honoured
-    exactly."""
+    decoding, of k+1: ``ulysses_config.capture_multiple``): every step is
+    padded to such a multiple, so a threshold between two could not be
+    honoured exactly."""
     pc = getattr(config, "parallel_config", config)
-    m = ulysses.capture_multiple(config)
+    m = ulysses_config.capture_multiple(config)
     return -(-pc.shift_parallel_threshold // m) * m
 
 

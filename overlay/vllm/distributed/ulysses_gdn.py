@@ -66,10 +66,10 @@ _OTHER_LAYERS = {
 # ---------------------------------------------------------------- config
 
 def verify_hybrid(config: VllmConfig) -> None:
-    """Called by ``ulysses.verify_config`` for a hybrid model: GDN hybrids
-    are served when TP*SP divides their linear key and value heads (each
-    GPU then runs whole heads, as plain TP over TP*SP would); every other
-    hybrid is refused naming its non-attention layer."""
+    """Called by ``ulysses_config.verify_config`` for a hybrid model: GDN
+    hybrids are served when TP*SP divides their linear key and value heads
+    (each GPU then runs whole heads, as plain TP over TP*SP would); every
+    other hybrid is refused naming its non-attention layer."""
     mc, pc = config.model_config, config.parallel_config
     hf = mc.hf_text_config
     model_type = getattr(hf, "model_type", None)
