@@ -34,6 +34,11 @@ This name is unrelated to vLLM's compile pass ``pass_config.enable_sp``
 (Megatron-style sequence parallelism inside TP) and to the MoE helpers
 called ``sequence_parallel_*``; with Ulysses SP the compile pass is turned
 off (see ``ulysses_config.verify_config``).
+
+The other SP modules (``ulysses_gdn``, ``ulysses_multimodal``,
+``ulysses_model``, ``ulysses_config``) and ``shift`` are built on this one,
+which imports none of them, not even inside a function: what they need of
+each other goes through the module above both (docs/design.md).
 """
 
 from __future__ import annotations
