@@ -8,7 +8,7 @@ and logprobs (TP=1 equals transformers: test_e2e_sp).
 
 Between pipeline stages the intermediate tensors carry the whole padded
 step, not this SP rank's slice: the model wrapper gathers a stage's output
-over SP and slices the next stage's input (ulysses.shard_model_tokens), so
+over SP and slices the next stage's input (ulysses_model.shard_model_tokens), so
 the runners' stage buffers, dummy runs and graph capture stay upstream's."""
 
 from __future__ import annotations

@@ -146,26 +146,26 @@ def test_ray_placement_must_keep_groups_within_a_node(llama, monkeypatch):
     """The Ray executors' check on where the placement group put each rank
     (patch ray-executors-keep-sp-groups-on-a-node): TP x SP groups are
     consecutive ranks."""
-    from vllm.distributed import ulysses
+    from vllm.distributed import ulysses_config
 
     pp_sp = engine_config(llama, sequence_parallel_size=2, pipeline_parallel_size=2,
                           distributed_executor_backend="ray")
-    ulysses.check_rank_nodes(pp_sp, ["a", "a", "b", "b"])
+    ulysses_config.check_rank_nodes(pp_sp, ["a", "a", "b", "b"])
     with pytest.raises(ValueError) as excinfo:
-        ulysses.check_rank_nodes(pp_sp, ["a", "b", "b", "b"])
+        ulysses_config.check_rank_nodes(pp_sp, ["a", "b", "b", "b"])
     line = error_line(excinfo, "on more than one node")
     assert "the TP x SP group 0 (2 ranks each) on more than one node" in line
     assert "VLLM_SP_ALLOW_CROSS_NODE=1" in line
     tp_sp = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2,
                           distributed_executor_backend="ray", dtype="float32")
     with pytest.raises(ValueError) as excinfo:
-        ulysses.check_rank_nodes(tp_sp, ["a", "a", "b", "b"])
+        ulysses_config.check_rank_nodes(tp_sp, ["a", "a", "b", "b"])
     # TP=2 x SP=2: (2*4 + 2*2) * 32 * 4 B * (1/2) / 2 = 0.375 KiB per GPU per token.
     assert "0.38 KiB per GPU per token" in error_line(excinfo, "on more than one node")
     monkeypatch.setenv("VLLM_SP_ALLOW_CROSS_NODE", "1")
-    ulysses.check_rank_nodes(tp_sp, ["a", "a", "b", "b"])
+    ulysses_config.check_rank_nodes(tp_sp, ["a", "a", "b", "b"])
     # SP=1: TP across nodes stays upstream's business.
-    ulysses.check_rank_nodes(engine_config(llama, tensor_parallel_size=2), ["a", "b"])
+    ulysses_config.check_rank_nodes(engine_config(llama, tensor_parallel_size=2), ["a", "b"])
 
 
 def test_kv_heads_neither_divisible_nor_multiple(models_dir):

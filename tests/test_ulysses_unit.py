@@ -119,7 +119,7 @@ BODY = '''
     group = ulysses.get_sp_group()
     s, t = ulysses.sp_rank(), ps.get_tensor_model_parallel_rank()
     assert group.world_size == sp and ulysses.get_full_tp_group().rank_in_group == t * sp + s
-    ulysses._register_ops()
+    ulysses.register_ops()
     D = 4
     for H, KV, T in [(8, 4, 12), (8, 2, 8), (8, 1, 16), (4, 4, 4)]:
         hq, hkv = H // tp, max(1, KV // tp)          # heads of this TP rank
@@ -157,7 +157,7 @@ def test_exchange_op_takes_contiguous_input_from_inductor():
     import torch
     from vllm.distributed import ulysses
 
-    ulysses._register_ops()
+    ulysses.register_ops()
     assert torch.Tag.needs_contiguous_strides in torch.ops.vllm.ulysses_all_to_all.default.tags
 
 
@@ -211,7 +211,7 @@ def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):
     counts are divided for the call and restored after.  (vLLM's CPU
     communicator has no all_gatherv, so MoE with DP cannot run end to end
     on the CPU engine, with or without SP.)"""
-    from vllm.distributed import ulysses
+    from vllm.distributed import ulysses, ulysses_model
     from vllm.forward_context import DPMetadata, ForwardContext, override_forward_context
 
     monkeypatch.setattr(ulysses, "sp_size", lambda: 2)
@@ -219,10 +219,10 @@ def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):
     seen = []
     ctx = ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={}, dp_metadata=dp)
     with override_forward_context(ctx):
-        with ulysses._dp_sizes_of_slices():
+        with ulysses_model._dp_sizes_of_slices():
             seen = dp.num_tokens_across_dp_cpu.tolist()
             with dp.sp_local_sizes(1):            # what the MoE runner asks for
                 assert dp.get_chunk_sizes_across_dp_rank() == [4, 2]
     assert seen == [4, 2] and dp.num_tokens_across_dp_cpu.tolist() == [8, 4]
-    with ulysses._dp_sizes_of_slices():           # no forward context: nothing to do
+    with ulysses_model._dp_sizes_of_slices():           # no forward context: nothing to do
         pass

@@ -13,4 +13,6 @@ conftest's fixtures by name).
 * ``gloo``     - ranks of the patched process groups for unit tests
 * ``config``   - engine configs and the CLI-reject check without an engine
 * ``net``      - free loopback ports
+* ``imports``  - which overlay modules each overlay module imports (read
+  from the source), and the import circles among them
 """

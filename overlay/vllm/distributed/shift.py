@@ -45,13 +45,12 @@ How:
   model's: one KV cache still serves all three.  The target's verify steps
   ((k+1) tokens per request) are ordinary steps: their size picks the mode,
   drafts counted, and the threshold is a multiple of k+1 as well as of SP
-  (``ulysses.capture_multiple``) so that CUDA graphs padded for
+  (``ulysses_config.capture_multiple``) so that CUDA graphs padded for
   speculation never carry a step across it.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -59,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.distributed import ulysses, ulysses_multimodal
+from vllm.distributed import ulysses, ulysses_config, ulysses_multimodal
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
@@ -97,20 +96,20 @@ def enabled(config: VllmConfig | ParallelConfig) -> bool:
 
 def effective_threshold(config: VllmConfig | ParallelConfig) -> int:
     """The threshold rounded up to a multiple of SP (and, with speculative
-    decoding, of k+1: ``ulysses.capture_multiple``): every step is padded
-    to such a multiple, so a threshold between two could not be honoured
-    exactly."""
+    decoding, of k+1: ``ulysses_config.capture_multiple``): every step is
+    padded to such a multiple, so a threshold between two could not be
+    honoured exactly."""
     pc = getattr(config, "parallel_config", config)
-    m = ulysses.capture_multiple(config)
+    m = ulysses_config.capture_multiple(config)
     return -(-pc.shift_parallel_threshold // m) * m
 
 
 def validate_parallel_config(pc: ParallelConfig) -> None:
     """Checks that need no model.  Raises ValueError with a one-line fix."""
     if _BUILDING:
-        # The full-TP model's own config (SP folded into TP, shift still on:
-        # see _full_tp_config), re-validated when a multimodal model builds
-        # its language model from a copy of it.
+        # The full-TP model's own config (SP folded into TP, shift still
+        # on: see ulysses.full_tp_config), re-validated when a multimodal
+        # model builds its language model from a copy of it.
         return
     threshold = pc.shift_parallel_threshold
     if not pc.shift_parallel:
@@ -178,25 +177,6 @@ def _ranges(sizes: list[int]) -> str:
 
 # ---------------------------------------------------------------- model
 
-def _full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
-    """The same config as plain TP over the full-TP group, with its own
-    table of layers (so names do not clash with the SP model's).
-
-    ``shift_parallel`` stays on: the compile caches key on the config's
-    hash, and this model's graphs name the full-TP group, so they must
-    never be mistaken for a genuine TP=TP*SP run's (which name ``tp``)."""
-    pc = copy.copy(vllm_config.parallel_config)
-    pc.tensor_parallel_size = pc.tp_sp_size
-    pc.sequence_parallel_size = 1
-    cc = copy.copy(vllm_config.compilation_config)
-    cc.static_forward_context = {}
-    cc.static_all_moe_layers = []
-    cfg = copy.copy(vllm_config)
-    cfg.parallel_config = pc
-    cfg.compilation_config = cc
-    return cfg
-
-
 def attach(model: torch.nn.Module, vllm_config: VllmConfig,
            load: Callable[[VllmConfig], torch.nn.Module]) -> torch.nn.Module:
     """Called by the model loader with the freshly loaded SP model.  Loads
@@ -208,7 +188,7 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     from vllm.compilation.backends import set_model_tag
 
     before = _allocated()
-    cfg = _full_tp_config(vllm_config)
+    cfg = ulysses.full_tp_config(vllm_config)
     _BUILDING = True
     try:
         with ulysses.as_full_tp(), set_model_tag("shift_full_tp"):

@@ -33,13 +33,17 @@ use -- again exactly what plain TP over TP*SP ranks would hold.
 This name is unrelated to vLLM's compile pass ``pass_config.enable_sp``
 (Megatron-style sequence parallelism inside TP) and to the MoE helpers
 called ``sequence_parallel_*``; with Ulysses SP the compile pass is turned
-off (see ``verify_config``).
+off (see ``ulysses_config.verify_config``).
+
+The other SP modules (``ulysses_gdn``, ``ulysses_multimodal``,
+``ulysses_model``, ``ulysses_config``) and ``shift`` are built on this one,
+which imports none of them, not even inside a function: what they need of
+each other goes through the module above both (docs/design.md).
 """
 
 from __future__ import annotations
 
-import math
-import os
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,7 +54,7 @@ import torch.distributed as dist
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
-    from vllm.config import ParallelConfig, VllmConfig
+    from vllm.config import VllmConfig
     from vllm.distributed.parallel_state import GroupCoordinator
 
 logger = init_logger(__name__)
@@ -161,6 +165,34 @@ def as_full_tp() -> Iterator[None]:
         parallel_state._TP, _SP = saved
 
 
+def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
+    """``vllm_config`` as plain TP over the full-TP group (TP=TP*SP, no SP):
+    the layout whose heads, and so KV-cache and recurrent-state shapes, are
+    the ones Ulysses puts on each GPU.  Shift builds its full-TP model with
+    it; the hybrid KV cache's page size counts one GPU's Gated-DeltaNet
+    state by it.  With SP=1, ``vllm_config`` itself.
+
+    A copy with its own, empty table of layers by name, so that a model
+    built with it does not clash with the SP model's names.
+    ``shift_parallel`` stays as it is: the compile caches key on the
+    config's hash, and the full-TP model's graphs name the full-TP group,
+    so they must never be mistaken for a genuine TP=TP*SP run's (which
+    name ``tp``)."""
+    pc = vllm_config.parallel_config
+    if pc.sequence_parallel_size == 1:
+        return vllm_config
+    full = copy.copy(pc)
+    full.tensor_parallel_size = pc.tp_sp_size
+    full.sequence_parallel_size = 1
+    cc = copy.copy(vllm_config.compilation_config)
+    cc.static_forward_context = {}
+    cc.static_all_moe_layers = []
+    cfg = copy.copy(vllm_config)
+    cfg.parallel_config = full
+    cfg.compilation_config = cc
+    return cfg
+
+
 def graph_capture_groups() -> list[GroupCoordinator]:
     """Groups whose collectives run inside captured CUDA graphs."""
     return [g for g in (_SP, _FULL_TP) if g is not None and g.world_size > 1]
@@ -205,7 +237,10 @@ def _all_to_all_fake(x: torch.Tensor, group_name: str) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def _register_ops() -> None:
+def register_ops() -> None:
+    """Register ``torch.ops.vllm.ulysses_all_to_all`` (once per process).
+    Called by each plan as it is created, so a run with SP=1 registers
+    nothing."""
     from vllm.utils.torch_utils import direct_register_custom_op
 
     if not hasattr(torch.ops.vllm, "ulysses_all_to_all"):
@@ -313,7 +348,7 @@ class AttentionPlan:
         if attn_type != AttentionType.DECODER:
             raise ValueError(f"sequence parallelism supports decoder self-attention only, "
                              f"not {attn_type}")
-        _register_ops()
+        register_ops()
         heads, kv_heads, repeat = local_head_counts(num_heads, num_kv_heads, sp_size())
         return cls(num_heads, num_kv_heads, heads, kv_heads, repeat, get_sp_group(), sp_rank())
 
@@ -365,330 +400,3 @@ def shard_tokens(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
 
 def gather_tokens(x: torch.Tensor) -> torch.Tensor:
     return get_sp_group().all_gather(x, dim=0)
-
-
-@contextmanager
-def _dp_sizes_of_slices() -> Iterator[None]:
-    """With data parallelism, MoE layers gather tokens over the DP group
-    (the same SP rank of every replica) using each replica's token count
-    from the forward context.  Inside the SP model a rank holds 1/SP of
-    its replica's (padded) step, so the counts are divided for the call."""
-    from vllm.forward_context import get_forward_context, is_forward_context_available
-
-    dp = get_forward_context().dp_metadata if is_forward_context_available() else None
-    if dp is None:
-        yield
-        return
-    whole = dp.num_tokens_across_dp_cpu
-    dp.num_tokens_across_dp_cpu = whole // sp_size()
-    try:
-        yield
-    finally:
-        dp.num_tokens_across_dp_cpu = whole
-
-
-def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
-    """Make ``model(input_ids, positions, ...)`` take the whole (padded) step
-    and return hidden states for the whole step, while its layers see only
-    this SP rank's slice of the tokens.
-
-    Why here and not in each runner: the V1 and V2 runners, their dummy and
-    profile runs and their CUDA-graph capture all call the model the same
-    way, so one hook covers them all, and the hidden states they slice for
-    logits or pooling are the full step's as upstream expects.  The runners
-    only pad the step to a multiple of SP (``pad_tokens``)."""
-    if sp_size() == 1:
-        return model
-    from vllm.distributed import ulysses_linear, ulysses_multimodal
-    from vllm.sequence import IntermediateTensors
-
-    ulysses_linear.check_model(model)
-
-    inner = model.forward
-
-    def forward(input_ids=None, positions=None, intermediate_tensors=None,
-                inputs_embeds=None, **kwargs):
-        total = positions.shape[-1]
-        assert total % sp_size() == 0, f"step of {total} tokens not padded to SP"
-        if input_ids is not None:
-            input_ids = shard_tokens(input_ids)
-        if inputs_embeds is not None:
-            inputs_embeds = shard_tokens(inputs_embeds)
-        hidden = kwargs.get("hidden_states")
-        if isinstance(hidden, torch.Tensor) and hidden.shape[0] == total:
-            # A drafter's input (EAGLE, MTP): the target's hidden states,
-            # one row per token of the step.
-            kwargs["hidden_states"] = shard_tokens(hidden)
-        positions = shard_tokens(positions, dim=positions.dim() - 1)
-        if intermediate_tensors is not None:
-            # (Passed only when given: a drafter's forward has no such argument.)
-            kwargs["intermediate_tensors"] = IntermediateTensors(
-                {k: shard_tokens(v) for k, v in intermediate_tensors.tensors.items()})
-        with _dp_sizes_of_slices():
-            out = inner(input_ids=input_ids, positions=positions, inputs_embeds=inputs_embeds,
-                        **kwargs)
-        if isinstance(out, IntermediateTensors):
-            return IntermediateTensors({k: gather_tokens(v) for k, v in out.tensors.items()})
-        if isinstance(out, tuple):  # (hidden, aux hidden states)
-            return tuple(gather_tokens(o) if isinstance(o, torch.Tensor) else
-                         [gather_tokens(a) for a in o] for o in out)
-        return gather_tokens(out)
-
-    model.forward = forward
-    ulysses_multimodal.slice_side_inputs(model)
-    return model
-
-
-# ---------------------------------------------------------------- config
-
-def validate_parallel_config(pc: ParallelConfig) -> None:
-    """Checks that need no model.  Raises ValueError with a one-line fix."""
-    sp = pc.sequence_parallel_size
-    if sp == 1:
-        return
-    if pc.prefill_context_parallel_size > 1 or pc.decode_context_parallel_size > 1:
-        raise ValueError("sequence_parallel_size > 1 cannot be combined with prefill/decode "
-                         "context parallelism (PCP/DCP): set -pcp 1 -dcp 1 or -sp 1")
-    if pc.enable_expert_parallel:
-        raise ValueError("sequence_parallel_size > 1 does not support expert parallelism yet: "
-                         "drop --enable-expert-parallel (MoE layers stay TP-sharded) or use -sp 1")
-    if pc.enable_elastic_ep:
-        raise ValueError("sequence_parallel_size > 1 does not support elastic EP: use -sp 1")
-    if pc.data_parallel_backend == "ray":
-        raise ValueError("sequence_parallel_size > 1 does not support the Ray data-parallel "
-                         "backend yet: use --data-parallel-backend mp (the Ray executor, "
-                         "--distributed-executor-backend ray, is supported)")
-
-
-# Methods whose drafts are verified in ordinary target steps, with a drafter
-# (if any) that runs in the target's layout: ``shift.place_drafter``.  The
-# others have proposers of their own (Medusa heads, MLP speculators, block
-# drafters, per-group metadata) that nothing here lays out.
-SP_SPECULATIVE_METHODS = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp")
-
-
-def verify_config(config: VllmConfig) -> None:
-    """Checks that need the model, run while the engine config is built
-    (before any worker starts).  Turns off the unrelated compile pass of the
-    same name, which also pads and splits tokens."""
-    pc = config.parallel_config
-    sp, tp = pc.sequence_parallel_size, pc.tensor_parallel_size
-    if sp == 1:
-        return
-    mc = config.model_config
-    if mc is None:
-        return
-    what = f"{mc.architecture}"
-    if mc.use_mla:
-        raise ValueError(f"sequence_parallel_size > 1 does not support MLA attention ({what}); "
-                         "use -sp 1, and for long prompts vLLM's context parallelism, which "
-                         "serves MLA models: --prefill-context-parallel-size / "
-                         "--decode-context-parallel-size")
-    if mc.is_encoder_decoder:
-        raise ValueError(f"sequence_parallel_size > 1 does not support encoder-decoder models "
-                         f"({what}); use -sp 1")
-    if mc.is_multimodal_model:
-        from vllm.distributed.ulysses_multimodal import verify_multimodal
-        verify_multimodal(mc)
-    if mc.is_attention_free or mc.has_noops:
-        raise ValueError(f"sequence_parallel_size > 1 needs a decoder whose layers all use "
-                         f"attention; {what} does not; use -sp 1")
-    if mc.is_hybrid:   # Gated-DeltaNet hybrids are served; the others refused
-        from vllm.distributed import ulysses_linear
-
-        ulysses_linear.verify_hybrid(config)
-    if mc.runner_type not in ("generate", "draft"):   # draft: a drafter's own config
-        raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
-                         f"runner '{mc.runner_type}'; use -sp 1")
-    _check_heads(mc, tp, sp, what)
-    if config.speculative_config is not None:
-        verify_speculative(config)
-    sc = config.scheduler_config
-    if sc.max_num_batched_tokens % sp:
-        raise ValueError(f"max_num_batched_tokens={sc.max_num_batched_tokens} must be a "
-                         f"multiple of sequence_parallel_size={sp} (steps are padded to it)")
-    check_groups_within_nodes(config)
-    # vLLM's own TP sequence-parallel compile passes split tokens over TP
-    # ranks differently (vLLM 0.32 removed them; 0.26 has them).
-    passes = config.compilation_config.pass_config
-    clashing = [n for n in ("enable_sp", "fuse_gemm_comms") if hasattr(passes, n)]
-    if any(getattr(passes, n) for n in clashing):
-        logger.warning("Ulysses sequence parallelism (sequence_parallel_size=%d) is on: turning "
-                       "off the compile passes %s, which split tokens over TP ranks "
-                       "differently", sp, clashing)
-    for name in clashing:
-        setattr(passes, name, False)
-
-
-def _check_heads(mc: Any, tp: int, sp: int, what: str) -> None:
-    heads = mc.model_arch_config.total_num_attention_heads
-    kv_heads = mc.get_total_num_kv_heads()
-    if heads % (tp * sp):
-        raise ValueError(f"{what} has {heads} attention heads, not divisible by "
-                         f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}; "
-                         "choose TP*SP dividing the head count")
-    kv_per_tp = max(1, kv_heads // tp)
-    if kv_per_tp % sp and sp % kv_per_tp:
-        raise ValueError(f"{what} has {kv_heads} KV heads ({kv_per_tp} per TP rank), which "
-                         f"sequence_parallel_size={sp} neither divides nor is a multiple of; "
-                         "choose SP dividing or a multiple of the KV heads per TP rank")
-
-
-def verify_speculative(config: VllmConfig) -> None:
-    """Speculative decoding under SP: the method, and the drafter model held
-    to the target's rules (its attention layers run the same exchange, or
-    full TP under Shift, and cache the same heads per GPU)."""
-    pc, spec = config.parallel_config, config.speculative_config
-    sp, tp = pc.sequence_parallel_size, pc.tensor_parallel_size
-    if spec.method not in SP_SPECULATIVE_METHODS:
-        raise ValueError(f"sequence_parallel_size > 1 supports speculative decoding by "
-                         f"{', '.join(SP_SPECULATIVE_METHODS)}, not '{spec.method}' yet; "
-                         "choose one of those or use -sp 1")
-    if config.model_config.is_hybrid and spec.method != "mtp":
-        # A Gated-DeltaNet target speculates with its own MTP layers, which
-        # the tests hold to TP=1.  The other methods are untested there:
-        # vLLM 0.26's CPU engine cannot run n-gram on such a target even at
-        # TP=1 (its GDN decode kernel rejects the spec-wide state table).
-        raise ValueError(f"sequence_parallel_size > 1 speculates on a hybrid model "
-                         f"({config.model_config.architecture}) with its MTP layers "
-                         f"(method 'mtp'), not '{spec.method}' yet: use 'mtp', or -sp 1")
-    if spec.method in ("ngram", "suffix"):   # no model: drafts verified in target steps
-        return
-    if getattr(spec, "parallel_drafting", False):
-        raise ValueError("sequence_parallel_size > 1 does not support parallel drafting "
-                         "(P-EAGLE) yet: drop parallel_drafting or use -sp 1")
-    if getattr(spec, "num_speculative_tokens_per_batch_size", None):
-        raise ValueError("sequence_parallel_size > 1 needs a fixed num_speculative_tokens "
-                         "(it sizes the padded steps): drop the per-batch-size schedule")
-    if pc.pipeline_parallel_size > 1:
-        raise ValueError(f"sequence_parallel_size > 1 with a drafter ('{spec.method}') does "
-                         "not support pipeline parallelism yet: use -pp 1, or n-gram lookup")
-    draft_tp = getattr(spec.draft_parallel_config, "tensor_parallel_size", tp)
-    if draft_tp != tp:
-        raise ValueError(f"draft_tensor_parallel_size={draft_tp}: with sequence_parallel_size > "
-                         f"1 the drafter runs over the same TP*SP GPUs as the target; drop "
-                         f"draft_tensor_parallel_size or set it to {tp}")
-    dmc = spec.draft_model_config
-    if dmc is None:
-        return
-    what = f"the {spec.method} drafter {dmc.architecture}"
-    if dmc.use_mla:
-        raise ValueError(f"sequence_parallel_size > 1 does not support MLA attention ({what}); "
-                         "use -sp 1")
-    if dmc.is_hybrid or dmc.is_attention_free:
-        raise ValueError(f"sequence_parallel_size > 1 needs a drafter whose layers all use "
-                         f"attention; {what} does not; use -sp 1")
-    _check_heads(dmc, tp, sp, what)
-
-
-def capture_multiple(config: VllmConfig | ParallelConfig) -> int:
-    """What every CUDA-graph size (and Shift's threshold) is a multiple of:
-    SP, since steps are padded to it, and with speculative decoding also
-    k+1, to which vLLM rounds the sizes of its decode graphs (each request
-    of a verify step holds k+1 tokens)."""
-    pc = getattr(config, "parallel_config", config)
-    spec = getattr(config, "speculative_config", None)
-    k = getattr(spec, "num_speculative_tokens", None) or 0
-    return math.lcm(pc.sequence_parallel_size, k + 1)
-
-
-CROSS_NODE_ENV = "VLLM_SP_ALLOW_CROSS_NODE"
-
-
-def exchange_bytes_per_token(config: VllmConfig, heads: int, kv_heads: int) -> int:
-    """Bytes one GPU sends per token of a step, per layer, in the two
-    all-to-alls: it holds 1/SP of the tokens, and for them sends q, k and v
-    in and the attention output back, (SP-1)/SP of each to the other SP
-    ranks (KV heads replicated up to one per GPU, as the exchange does)."""
-    pc, mc = config.parallel_config, config.model_config
-    tp, sp = pc.tensor_parallel_size, pc.sequence_parallel_size
-    q = heads // tp
-    kv = max(kv_heads // tp, sp)
-    per_head = mc.get_head_size() * mc.dtype.itemsize
-    return (2 * q + 2 * kv) * per_head * (sp - 1) // (sp * sp)
-
-
-def check_groups_within_nodes(config: VllmConfig) -> None:
-    """A TP x SP group must sit on one node: its all-to-alls run in every
-    layer, and over a network they cost 10-20x NVLink.  Ranks are laid out
-    TP fastest, then SP, so with R ranks per node the groups stay whole iff
-    R is a multiple of TP*SP.  Refused unless $VLLM_SP_ALLOW_CROSS_NODE=1."""
-    pc = config.parallel_config
-    group = pc.tp_sp_size
-    if pc.nnodes_within_dp <= 1 or pc.local_world_size % group == 0:
-        return
-    _refuse_cross_node(config, f"TP x SP groups of {group} ranks would span nodes "
-                       f"({pc.local_world_size} ranks per node)",
-                       f"put whole TP x SP groups on a node (ranks per node a multiple of "
-                       f"{group}) and spread DP or PP over nodes")
-
-
-def check_rank_nodes(config: VllmConfig, rank_nodes: list[str]) -> None:
-    """The same rule for the Ray executors, which learn only from the
-    placement group where each rank landed (a PACK group may still split a
-    TP x SP group when a node's free devices run out).  rank_nodes: the
-    Ray node id of each rank of this engine, in rank order."""
-    pc = config.parallel_config
-    if pc.sequence_parallel_size == 1:
-        return
-    group = pc.tp_sp_size
-    split = [r // group for r in range(0, len(rank_nodes), group)
-             if len(set(rank_nodes[r:r + group])) > 1]
-    if not split:
-        return
-    _refuse_cross_node(config, f"Ray placed the TP x SP group{'s' * (len(split) > 1)} "
-                       f"{', '.join(map(str, split))} ({group} ranks each) on more than one node",
-                       f"give each node's Ray resources a multiple of {group} devices, spread "
-                       f"DP or PP over nodes")
-
-
-def _refuse_cross_node(config: VllmConfig, what: str, fix: str) -> None:
-    """One line: what spans nodes, what it would cost (from the message
-    sizes), how to fix it or allow it."""
-    mc = config.model_config
-    per_token = exchange_bytes_per_token(config, mc.model_arch_config.total_num_attention_heads,
-                                         mc.get_total_num_kv_heads())
-    layers = mc.get_num_layers(config.parallel_config)
-    cost = (f"{what}: each layer's Ulysses all-to-alls would cross the network, "
-            f"{per_token / 1024:.2f} KiB per GPU per token of a step, "
-            f"{per_token * 8192 * layers / 2**30:.2f} GiB per GPU for one 8k-token prefill "
-            f"over {layers} layers")
-    if os.environ.get(CROSS_NODE_ENV) == "1":
-        logger.warning("Ulysses SP (%s=1): %s", CROSS_NODE_ENV, cost)
-        return
-    raise ValueError(f"{cost}; {fix}, or set {CROSS_NODE_ENV}=1")
-
-
-def default_max_capture_size(config: VllmConfig, upstream: int) -> int:
-    """vLLM's default largest CUDA graph, counted per SP rank (used only when
-    the user set no size).  Upstream stops at 512 tokens (1024 on Blackwell
-    from 0.32) so that a graph's activations stay small; an SP rank runs 1/SP
-    of a step's tokens, so SP x that keeps every rank's graphs within
-    upstream's size, while a 1k-token step (SP=2) replays a graph instead of
-    launching ~10 small kernels per layer from the host: served on 2xH200,
-    1k TTFT 49 -> 29 ms, graph memory 1.4 -> 2.2 GiB, KV cache unchanged
-    (benchmarks/results/2026-11-24-2gpu-sp-step-profile/).  Under Shift Parallelism the
-    sizes up to its threshold are the full-TP model's graphs (at SP=2 and
-    the default threshold, 1024, all of the added ones)."""
-    return upstream * config.parallel_config.sequence_parallel_size
-
-
-def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
-    """CUDA-graph capture sizes must be multiples of SP: a padded step has
-    to land on a captured size to replay it.  With speculative decoding
-    they are rounded up to multiples of ``capture_multiple`` instead, as
-    vLLM rounds them up to multiples of k+1 itself later (for its decode
-    graphs): that rounding is then the identity, and every size stays a
-    multiple of SP."""
-    sp = config.parallel_config.sequence_parallel_size
-    if sp == 1:
-        return sizes
-    m = capture_multiple(config)
-    if m == sp:
-        kept = [s for s in sizes if s % sp == 0]
-    else:
-        largest = max(sizes, default=m)
-        kept = sorted({-(-s // m) * m for s in sizes if -(-s // m) * m <= largest}) or [m]
-    if kept != sizes:
-        logger.info("Ulysses SP: CUDA-graph capture sizes kept to multiples of %d: %s", m, kept)
-    return kept

@@ -5,7 +5,7 @@ those.
 Why most need nothing: the model runner runs the vision encoder and merges
 its embeddings into the step's input embeddings before the language model
 is called, the same on every rank (the encoder is TP-sharded as upstream
-runs it; SP ranks each compute it whole).  ``ulysses.shard_model_tokens``
+runs it; SP ranks each compute it whole).  ``ulysses_model.shard_model_tokens``
 then slices ``inputs_embeds`` and the positions (M-RoPE's ``[3, n]``
 included) like ``input_ids``, and the decoder is one SP already splits.
 Attention masks that depend on the image spans (Gemma 3's bidirectional
@@ -42,7 +42,7 @@ SP_MULTIMODAL = {
     # Deepstack side inputs sliced (slice_side_inputs).
     "Qwen3VLForConditionalGeneration": "test_e2e_families.py::qwen3_vl",
     "Qwen3VLMoeForConditionalGeneration": "Qwen3VLForConditionalGeneration",
-    # Gated-DeltaNet hybrid decoders (ulysses_linear.py) under the same merge.
+    # Gated-DeltaNet hybrid decoders (ulysses_gdn.py) under the same merge.
     "Qwen3_5ForConditionalGeneration": "test_e2e_families.py::qwen3_5_vl",
     "Qwen3_5MoeForConditionalGeneration": "Qwen3_5ForConditionalGeneration",
     # Text prompts tested; images reach the decoder as Gemma 3's do (merged

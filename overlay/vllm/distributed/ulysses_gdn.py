@@ -66,10 +66,10 @@ _OTHER_LAYERS = {
 # ---------------------------------------------------------------- config
 
 def verify_hybrid(config: VllmConfig) -> None:
-    """Called by ``ulysses.verify_config`` for a hybrid model: GDN hybrids
-    are served when TP*SP divides their linear key and value heads (each
-    GPU then runs whole heads, as plain TP over TP*SP would); every other
-    hybrid is refused naming its non-attention layer."""
+    """Called by ``ulysses_config.verify_config`` for a hybrid model: GDN
+    hybrids are served when TP*SP divides their linear key and value heads
+    (each GPU then runs whole heads, as plain TP over TP*SP would); every
+    other hybrid is refused naming its non-attention layer."""
     mc, pc = config.model_config, config.parallel_config
     hf = mc.hf_text_config
     model_type = getattr(hf, "model_type", None)
@@ -91,24 +91,6 @@ def _non_attention_layers(hf: Any) -> str:
     kinds = sorted({t for t in getattr(hf, "layer_types", None) or []
                     if "attention" not in t or "linear" in t})
     return "/".join(kinds) if kinds else "state-space or linear-attention"
-
-
-def state_config(vllm_config: VllmConfig) -> VllmConfig:
-    """The config whose ``get_mamba_state_shape_from_config`` gives one
-    GPU's state under SP: plain TP over TP*SP ranks (the page-size
-    unification of a hybrid's KV cache sizes its blocks by it, as the
-    attention page already counts TP*SP's KV heads)."""
-    import copy
-
-    pc = vllm_config.parallel_config
-    if getattr(pc, "sequence_parallel_size", 1) == 1:
-        return vllm_config
-    full = copy.copy(pc)
-    full.tensor_parallel_size = pc.tp_sp_size
-    full.sequence_parallel_size = 1
-    cfg = copy.copy(vllm_config)
-    cfg.parallel_config = full
-    return cfg
 
 
 def check_model(model: torch.nn.Module) -> None:
@@ -160,7 +142,7 @@ class LinearAttentionPlan:
             if heads % (tp * sp):
                 raise ValueError(f"{heads} linear-attention {what} heads are not divisible by "
                                  f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}")
-        ulysses._register_ops()
+        ulysses.register_ops()
         plan = cls(mixer)
         table = get_current_vllm_config().compilation_config.static_forward_context
         assert table.get(mixer.prefix) is mixer, f"{mixer.prefix} is not registered"
@@ -204,7 +186,7 @@ def _v_heads(view: Any, param: torch.Tensor) -> torch.Tensor:
 def _view_class(cls: type) -> type:
     if cls not in _VIEW_CLASSES:
         _VIEW_CLASSES[cls] = type(f"Ulysses{cls.__name__}", (cls,), {
-            "__doc__": "A GDN mixer as plain TP over TP*SP ranks sees it (ulysses_linear).",
+            "__doc__": "A GDN mixer as plain TP over TP*SP ranks sees it (ulysses_gdn).",
             "A_log": property(lambda self: _v_heads(self, _VIEWS[self][0].A_log)),
             "dt_bias": property(lambda self: _v_heads(self, _VIEWS[self][0].dt_bias)),
             "conv1d": property(lambda self: _VIEWS[self][1].conv),

@@ -1,4 +1,4 @@
-"""Ulysses SP for Gated-DeltaNet layers (``vllm.distributed.ulysses_linear``)
+"""Ulysses SP for Gated-DeltaNet layers (``vllm.distributed.ulysses_gdn``)
 without an engine: under gloo, a real Qwen3-Next GDN mixer's plan exchanges
 its projections so that a per-head causal core over the whole step gives
 each rank what one process computes over all tokens, and the view the core
@@ -20,7 +20,6 @@ from harness.models import make_model
 BODY = '''
     from transformers import Qwen3NextConfig
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import shift, ulysses_linear
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
         QwenGatedDeltaNetAttention)
 
@@ -36,7 +35,7 @@ BODY = '''
                        SimpleNamespace(hf_text_config=hf, dtype=torch.float32))
     with set_current_vllm_config(cfg):
         mixer = QwenGatedDeltaNetAttention(hf, cfg, prefix=name, gqa_interleaved_layout=True)
-    full_cfg = shift._full_tp_config(cfg)
+    full_cfg = ulysses.full_tp_config(cfg)
     with ulysses.as_full_tp(), set_current_vllm_config(full_cfg):
         full = QwenGatedDeltaNetAttention(hf, full_cfg, prefix=name, gqa_interleaved_layout=True)
     assert full.ulysses is None and full_cfg.compilation_config.static_forward_context[name] is full

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The loaded model under Ulysses SP: its ``forward`` takes the whole
+(padded) step and returns the whole step's hidden states, while its layers
+run on this SP rank's slice of the tokens (``shard_model_tokens``, which
+the model loader's hook calls).
+
+Why a module of its own, above the core: wrapping a model also checks that
+SP can run it (a state-keeping layer without an exchange would run its
+recurrence on a slice, ``ulysses_gdn.check_model``) and slices the
+per-token side inputs a multimodal model keeps beside its embeddings
+(``ulysses_multimodal.slice_side_inputs``).  Both of those modules are
+built on the core's token slices, so the one function that calls all
+three sits above them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from vllm.distributed import ulysses, ulysses_gdn, ulysses_multimodal
+
+
+@contextmanager
+def _dp_sizes_of_slices() -> Iterator[None]:
+    """With data parallelism, MoE layers gather tokens over the DP group
+    (the same SP rank of every replica) using each replica's token count
+    from the forward context.  Inside the SP model a rank holds 1/SP of
+    its replica's (padded) step, so the counts are divided for the call."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    dp = get_forward_context().dp_metadata if is_forward_context_available() else None
+    if dp is None:
+        yield
+        return
+    whole = dp.num_tokens_across_dp_cpu
+    dp.num_tokens_across_dp_cpu = whole // ulysses.sp_size()
+    try:
+        yield
+    finally:
+        dp.num_tokens_across_dp_cpu = whole
+
+
+def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
+    """Make ``model(input_ids, positions, ...)`` take the whole (padded) step
+    and return hidden states for the whole step, while its layers see only
+    this SP rank's slice of the tokens.
+
+    Why here and not in each runner: the V1 and V2 runners, their dummy and
+    profile runs and their CUDA-graph capture all call the model the same
+    way, so one hook covers them all, and the hidden states they slice for
+    logits or pooling are the full step's as upstream expects.  The runners
+    only pad the step to a multiple of SP (``ulysses.pad_tokens``)."""
+    if ulysses.sp_size() == 1:
+        return model
+    from vllm.sequence import IntermediateTensors
+
+    ulysses_gdn.check_model(model)
+
+    inner = model.forward
+
+    def forward(input_ids=None, positions=None, intermediate_tensors=None,
+                inputs_embeds=None, **kwargs):
+        total = positions.shape[-1]
+        assert total % ulysses.sp_size() == 0, f"step of {total} tokens not padded to SP"
+        if input_ids is not None:
+            input_ids = ulysses.shard_tokens(input_ids)
+        if inputs_embeds is not None:
+            inputs_embeds = ulysses.shard_tokens(inputs_embeds)
+        hidden = kwargs.get("hidden_states")
+        if isinstance(hidden, torch.Tensor) and hidden.shape[0] == total:
+            # A drafter's input (EAGLE, MTP): the target's hidden states,
+            # one row per token of the step.
+            kwargs["hidden_states"] = ulysses.shard_tokens(hidden)
+        positions = ulysses.shard_tokens(positions, dim=positions.dim() - 1)
+        if intermediate_tensors is not None:
+            # (Passed only when given: a drafter's forward has no such argument.)
+            kwargs["intermediate_tensors"] = IntermediateTensors(
+                {k: ulysses.shard_tokens(v) for k, v in intermediate_tensors.tensors.items()})
+        with _dp_sizes_of_slices():
+            out = inner(input_ids=input_ids, positions=positions, inputs_embeds=inputs_embeds,
+                        **kwargs)
+        if isinstance(out, IntermediateTensors):
+            return IntermediateTensors({k: ulysses.gather_tokens(v)
+                                        for k, v in out.tensors.items()})
+        if isinstance(out, tuple):  # (hidden, aux hidden states)
+            return tuple(ulysses.gather_tokens(o) if isinstance(o, torch.Tensor) else
+                         [ulysses.gather_tokens(a) for a in o] for o in out)
+        return ulysses.gather_tokens(out)
+
+    model.forward = forward
+    ulysses_multimodal.slice_side_inputs(model)
+    return model
