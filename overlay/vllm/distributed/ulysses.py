@@ -177,7 +177,13 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     ``shift_parallel`` stays as it is: the compile caches key on the
     config's hash, and the full-TP model's graphs name the full-TP group,
     so they must never be mistaken for a genuine TP=TP*SP run's (which
-    name ``tp``)."""
+    name ``tp``).
+
+    FlashInfer's fused all-reduce + RMSNorm (on by default at TP > 1 on
+    Hopper) is off in the copy: vLLM keeps one FlashInfer workspace per
+    process, made for the first group that asks, the SP model's TP group,
+    while this model's all-reduces span the TP*SP ranks of the full-TP
+    group."""
     pc = vllm_config.parallel_config
     if pc.sequence_parallel_size == 1:
         return vllm_config
@@ -187,6 +193,9 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     cc = copy.copy(vllm_config.compilation_config)
     cc.static_forward_context = {}
     cc.static_all_moe_layers = []
+    if getattr(cc.pass_config, "fuse_allreduce_rms", False):
+        cc.pass_config = copy.copy(cc.pass_config)
+        cc.pass_config.fuse_allreduce_rms = False
     cfg = copy.copy(vllm_config)
     cfg.parallel_config = full
     cfg.compilation_config = cc
