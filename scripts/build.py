@@ -235,9 +235,9 @@ def read_series_blocks(version_dir: Path) -> tuple[list[str], dict[str, list[str
 
 
 def slug_of(name: str) -> str:
-    """``0004-executor-count-sp-ranks.patch`` -> ``executor-count-sp-ranks``:
-    a patch's identity across series and releases (its number is its place)."""
-    return re.sub(r"^\d{4}-", "", name.removesuffix(".patch"))
+    """``executor-count-sp-ranks.patch`` -> ``executor-count-sp-ranks``: a
+    patch's identity across series and releases (its place is in series)."""
+    return name.removesuffix(".patch")
 
 
 def carry_group_comments(before: dict[str, list[str]], kept: set[str]) -> dict[str, list[str]]:
@@ -259,10 +259,10 @@ def carry_group_comments(before: dict[str, list[str]], kept: set[str]) -> dict[s
 def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
                   comments_from: Path | list[Path] | None = None) -> list[str]:
     """Write the commits ``base..HEAD`` of a work tree out as the series: one
-    ``NNNN-slug.patch`` per commit whose header is the commit message, plus the
-    ``series`` file (grouping comments kept from ``comments_from``'s series,
-    matched by slug).  NNNN is the commit's place; the slug comes from a
-    ``Patch: NNNN-slug`` line in the message, else from the subject.  Commits
+    ``slug.patch`` per commit whose header is the commit message, plus the
+    ``series`` file (the commits' order; grouping comments kept from
+    ``comments_from``'s series, matched by slug).  The slug comes from a
+    ``Patch: slug`` line in the message, else from the subject.  Commits
     named ``overlay`` are skipped (overlay/ lives in this repo).  Given several
     series directories, a patch's comments come from the first that has it."""
     out.mkdir(parents=True, exist_ok=True)
@@ -275,15 +275,13 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
         subject = msg.splitlines()[0]
         if subject == "overlay":
             continue
-        m = re.search(r"^Patch: \d{4}-([a-z0-9-]+)$", msg, flags=re.M)
+        m = re.search(r"^Patch: ([a-z0-9-]+)$", msg, flags=re.M)
         if m:
             slug = m.group(1)
             msg = msg.replace(m.group(0) + "\n", "")
         else:
             slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:48].strip("-")
-        # The number is only the position (the slug is a patch's identity), so
-        # a reordered or shortened series comes out numbered 0001.. again.
-        name = f"{len(names) + 1:04d}-{slug}.patch"
+        name = f"{slug}.patch"     # its place is its line in series
         diff = git(tree, "show", "--format=", "--no-color", "--full-index", sha,
                    merge=False).stdout
         (out / name).write_text(msg.rstrip() + "\n\n" + diff)
@@ -294,7 +292,7 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
     header, before = [], {}
     for i, src in enumerate(sources):
         src_header, src_before = read_series_blocks(src)
-        src_before = {slug_of(n): c for n, c in src_before.items()}   # numbers may move
+        src_before = {slug_of(n): c for n, c in src_before.items()}
         if i == 0:
             header, before = src_header, carry_group_comments(src_before, kept)
         else:   # a patch the first series lacks: its own comments from this one

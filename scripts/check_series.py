@@ -7,9 +7,9 @@
 
 Per release, each problem is one line on stderr and the exit status is 1:
 
-- ``series`` and the directory agree: every name it lists exists, every
-  ``*.patch`` is listed, none twice, and the numbers count 0001, 0002, ...
-  in series order (the number is only a patch's place; its slug is its name);
+- ``series`` and the directory agree: every name it lists exists and is a
+  ``slug.patch`` (the slug is a patch's name in every release; its place is
+  its line in ``series``), every ``*.patch`` is listed, none twice;
 - every patch has a header (the text before its first ``diff --git``, which
   build.sh makes the commit message): a ``topic: what`` subject line and a
   body that says why, at least BODY_MIN characters;
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build  # noqa: E402
 
 BODY_MIN = 100
-NAME = re.compile(r"^(\d{4})-[a-z0-9]+(?:-[a-z0-9]+)*\.patch$")
+NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*\.patch$")
 
 
 def listed(version_dir: Path) -> list[str]:
@@ -52,24 +52,15 @@ def check_files(version_dir: Path) -> list[str]:
     problems = [f"series lists {n} twice" for n in sorted({n for n in names
                                                           if names.count(n) > 1})]
     names = list(dict.fromkeys(names))
-    misnumbered = None
-    for i, name in enumerate(names, 1):
-        m = NAME.match(name)
-        if not m:
-            problems.append(f"series names {name}: not NNNN-slug.patch")
-        elif int(m.group(1)) != i and misnumbered is None:
-            misnumbered = f"{name} is patch {i} of the series"
+    for name in names:
+        if not NAME.match(name):
+            problems.append(f"series names {name}: not slug.patch (lower-case words and "
+                            "hyphens, no number: the order is series')")
         if not (version_dir / name).is_file():
             problems.append(f"series lists {name}, which does not exist")
-    if misnumbered:
-        problems.append(f"numbers do not count 0001, 0002, ... in series order ({misnumbered}; "
-                        "renumber: scripts/export-series.py numbers by place)")
     for path in sorted(version_dir.glob("*.patch")):
         if path.name not in names:
             problems.append(f"{path.name} is not in series")
-    slugs = [build.slug_of(n) for n in names]
-    for slug in sorted({s for s in slugs if slugs.count(s) > 1}):
-        problems.append(f"slug {slug} names more than one patch")
     return problems
 
 

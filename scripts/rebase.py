@@ -24,8 +24,8 @@ Per patch the tool says ``clean`` (the patch file applies as it is),
 has the change: dropped), ``conflict`` (stopped; the files are named) or
 ``resolved`` (a conflict resolved by hand before ``--continue``).  It
 replays the newest series under patches/ (``--from`` to choose another).
-At the end it exports ``patches/v<new>/`` (patch headers, slugs and the
-series' grouping comments kept, files numbered by place, SHA256SUMS of the
+At the end it exports ``patches/v<new>/`` (patch headers and the
+series' grouping comments kept, files named by slug, SHA256SUMS of the
 downloads recorded) and checks the overlay against the new tree
 (scripts/overlay_check.py): every ``vllm.*`` name the overlay and the patched
 files import must exist there.  Then (unless ``--no-build``) the release-day
