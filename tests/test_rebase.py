@@ -36,6 +36,12 @@ NEW = {"vllm/__init__.py": "",
        "vllm/runner.py": "def step(n):\n    n += 1\n    return n\n"}
 
 
+# A header with the fields check_series.py wants (the export must write it
+# back as it was), and one without (the older form: kept as it is).
+CONFIG_B = ("Description: config: B is 3\nOrigin: vllm-sp\nForwarded: not-needed (a toy)\n"
+            "\nWhy: the toy needs it.")
+
+
 def sdist(cache: Path, version: str, files: dict[str, str]) -> str:
     path = cache / "downloads" / f"vllm-{version}.tar.gz"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +74,7 @@ def toy(tmp_path):
     (v / "SHA256SUMS").write_text(f"{digest}  vllm-0.1.0.tar.gz\n")
     (v / "build-requirements.txt").write_text("# toy\n")
     (v / "config-b.patch").write_text(
-        patch("config: B is 3\n\nWhy: the toy needs it.", "vllm/config.py", "B = 2", "B = 3"))
+        patch(CONFIG_B, "vllm/config.py", "B = 2", "B = 3"))
     (v / "runner-step.patch").write_text(
         patch("runner: steps by two", "vllm/runner.py", "    n = n + 1", "    n = n + 2"))
     (v / "fix-x.patch").write_text(
@@ -124,9 +130,10 @@ def test_stops_at_conflict_then_continues_and_exports(toy):
         """)
     assert not (out / "fix-x.patch").exists()
     p1 = (out / "config-b.patch").read_text()
-    assert p1.startswith("config: B is 3\n\nWhy: the toy needs it.\n\ndiff --git")
+    assert p1.startswith(CONFIG_B + "\n\ndiff --git")
     assert "+B = 3" in p1 and "Patch:" not in p1
-    assert "+    n += 2" in (out / "runner-step.patch").read_text()
+    p2 = (out / "runner-step.patch").read_text()
+    assert p2.startswith("runner: steps by two\n\ndiff --git") and "+    n += 2" in p2
     sums = (out / "SHA256SUMS").read_text().split()
     assert sums[1::2] == ["vllm-0.2.0.tar.gz", "vllm-0.2.0-cp38-abi3-manylinux_2_28_x86_64.whl",
                           "vllm_cpu-0.2.0-cp38-abi3-manylinux_2_28_x86_64.whl"]
@@ -143,7 +150,16 @@ def test_existing_port_keeps_its_patches_and_ports_a_new_one(toy):
     assert rebase(toy, "0.2.0").returncode == 1
     tree = toy / "work" / "tree"
     (tree / "vllm/runner.py").write_text("def step(n):\n    n += 2\n    return n\n")
-    assert rebase(toy, "--continue").returncode == 0
+    # The resolution gets a new header, written as in a patch file.
+    header = ("Description: runner: steps by two, in upstream's new form\nOrigin: vllm-sp\n"
+              "Forwarded: not-needed (a toy)\n\nWhy: upstream rewrote the line.")
+    (toy / "header").write_text(header + "\n")
+    assert rebase(toy, "--continue", "--message-file", str(toy / "header")).returncode == 0
+    subject = subprocess.run(["git", "log", "-1", "--format=%s", "patched-0.2.0"], cwd=tree,
+                             text=True, capture_output=True, check=True).stdout
+    assert subject == "runner: steps by two, in upstream's new form\n"   # one line
+    runner = toy / "patches" / "v0.2.0" / "runner-step.patch"
+    assert runner.read_text().startswith(header + "\n\ndiff --git")
     old = toy / "patches" / "v0.1.0"
     (old / "config-a.patch").write_text(
         patch("config: f adds one\n\nWhy: the toy's new feature.", "vllm/config.py",
