@@ -76,9 +76,10 @@ def test_series_applies_to_pristine(tmp_path):
     names = [n.strip() for _, n in commits]
     assert subjects[0] == f"vllm {VERSION} sdist, pristine" and subjects[-1] == "overlay"
     # one commit per patch, in series order, its message the patch's header
+    # with the Description's line as the subject (one line: the fields under it)
     assert [n + ".patch" for n in names[1:-1]] == series()
     for (subject, _), name in zip(commits[1:-1], series()):
-        assert (VERSION_DIR / name).read_text().startswith(subject + "\n"), name
+        assert (VERSION_DIR / name).read_text().startswith(f"Description: {subject}\n"), name
     # Every overlay file landed unchanged.
     for f in (REPO / "overlay").rglob("*"):
         if f.is_file() and "__pycache__" not in f.parts:
