@@ -36,6 +36,13 @@ def series() -> list[str]:
             if line.split("#")[0].strip()]
 
 
+def upstream_fixes() -> list[str]:
+    """The patches after the series' "Upstream fixes" comment."""
+    text = (VERSION_DIR / "series").read_text()
+    return [line for line in text.split("Upstream fixes", 1)[1].splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
 def wheel_path(flavor: str) -> Path:
     local = FLAVORS[flavor][1]
     found = sorted((REPO / "dist").glob(f"vllm-{VERSION}{local}-*.whl"))
@@ -236,3 +243,30 @@ def test_check_series_standalone(tmp_path):
                           capture_output=True)
     assert proc.returncode == 1
     assert proc.stderr == f"check_series: v{VERSION}: stray.patch is not in series\n"
+
+
+def test_check_series_wants_the_header_fields(tmp_path):
+    """A patch without one of its DEP-3-style fields fails check_series.py
+    with one line naming the patch and the field: Forwarded on every patch,
+    Drop-When only on an upstream fix (a patch after series' "Upstream
+    fixes" comment; an SP patch has none and passes)."""
+    vdir = tmp_path / f"v{VERSION}"
+    shutil.copytree(VERSION_DIR, vdir)
+    fix = "cpu-attention-writes-only-actual-tokens.patch"
+    ours = "config-sequence-parallel-size.patch"
+    assert fix in upstream_fixes() and ours in series() and ours not in upstream_fixes()
+    for name, field in ((fix, "Drop-When"), (ours, "Forwarded")):
+        text = (vdir / name).read_text()
+        cut = re.sub(rf"^{field}: .*\n( .*\n)*", "", text, count=1, flags=re.M)
+        assert cut != text, f"{name} has no {field}: field to remove"
+        (vdir / name).write_text(cut)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
+                           "--version", VERSION, "--cache", str(CACHE),
+                           "--patches-dir", str(tmp_path)], text=True, capture_output=True)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"check_series: v{VERSION}: {ours}: no Forwarded: field in the header "
+        "(wanted: a URL, or no / not-needed (why))",
+        f"check_series: v{VERSION}: {fix}: no Drop-When: field in the header "
+        "(wanted: what upstream must have for the patch to go; every upstream fix has one)",
+    ], proc.stderr
