@@ -4,11 +4,9 @@ names the fix where it does not."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from harness.config import cli_rejects, engine_config, error_line
+from harness.config import cli_rejects, engine_config, error_line, write_config
 from harness.models import make_model
 from harness.repo import VERSION
 
@@ -173,12 +171,6 @@ def test_kv_heads_neither_divisible_nor_multiple(models_dir):
     with pytest.raises(Exception) as excinfo:
         engine_config(model, sequence_parallel_size=4)
     error_line(excinfo, "neither divides nor is a multiple of")
-
-
-def write_config(path, cfg):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    return path
 
 
 def test_mla_rejected(tmp_path):

@@ -8,11 +8,9 @@ accepted, the other hybrids refused naming their layers."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from harness.config import engine_config, error_line
+from harness.config import engine_config, error_line, write_config
 from harness.gloo import run_ranks
 from harness.models import make_model
 
@@ -119,12 +117,6 @@ def test_linear_heads_must_divide(models_dir):
         engine_config(model, tensor_parallel_size=2, sequence_parallel_size=4)
     line = error_line(excinfo, "linear_num_key_heads=4")
     assert "tensor_parallel_size*sequence_parallel_size=2*4" in line, line
-
-
-def write_config(path, cfg):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    return path
 
 
 def test_other_hybrids_refused_naming_their_layers(tmp_path):

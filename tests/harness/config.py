@@ -3,6 +3,7 @@ of SP and of Shift share."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,14 @@ def engine_config(model, **kw):
     kw.setdefault("max_model_len", 256)
     return EngineArgs(model=str(model), skip_tokenizer_init=True, enforce_eager=True,
                       **kw).create_engine_config()
+
+
+def write_config(path: Path, cfg: dict) -> Path:
+    """A model directory holding only ``config.json`` (a Hugging Face config
+    as a dict): enough for the config checks, which never load weights."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
 
 
 def error_line(excinfo, needle: str) -> str:
