@@ -178,6 +178,45 @@ def failing_files(output: str) -> list[str]:
     return list(dict.fromkeys(files))
 
 
+# A patch's header opens with DEP-3-style fields (scripts/check_series.py
+# says which), the first ``Description: topic: what``; the why follows.
+FIELD_LINE = re.compile(r"^([A-Z][A-Za-z-]*: | )")
+HEADER_KEYS = ("Origin", "Forwarded", "Bug", "Drop-When")
+
+
+def commit_message(header: str) -> str:
+    """A patch header as a commit message: the Description's first line is
+    the subject and the other fields a paragraph under it, so that ``git log
+    --oneline`` and ``git rebase -i`` show one line a patch (git makes a
+    commit's whole first paragraph its subject).  Text without a
+    ``Description:`` line stays as it is."""
+    first, _, rest = header.strip().partition("\n")
+    if not first.startswith("Description: "):
+        return header.strip()
+    return first.removeprefix("Description: ") + ("\n\n" + rest if rest.strip() else "")
+
+
+def patch_header(message: str) -> str:
+    """The inverse of commit_message: a commit message whose second paragraph
+    is fields (one of HEADER_KEYS among them) gets its subject back as
+    ``Description:`` with the fields right under it."""
+    subject, _, rest = message.strip().partition("\n\n")
+    block = rest.partition("\n\n")[0].splitlines()
+    if (subject.startswith("Description: ") or "\n" in subject or not block
+            or not all(FIELD_LINE.match(line) for line in block)
+            or not any(line.startswith(f"{k}: ") for k in HEADER_KEYS for line in block)):
+        return message.strip()
+    return f"Description: {subject}\n{rest}"
+
+
+def patch_commit_message(patch: Path) -> str:
+    """The commit a patch becomes (build.sh, the rebase): its header as the
+    message and a ``Patch: <slug>`` trailer, by which scripts/export-series.py
+    writes the series back out under the same names."""
+    header = patch.read_text().split("\ndiff --git", 1)[0].strip() or patch.name
+    return f"{commit_message(header)}\n\nPatch: {patch.name.removesuffix('.patch')}"
+
+
 def make_tree(sdist: Path, version: str, version_dir: Path, overlay: Path, build: Path) -> Path:
     tree = build / f"vllm-{version}"
     shutil.rmtree(tree, ignore_errors=True)
@@ -202,11 +241,7 @@ def make_tree(sdist: Path, version: str, version_dir: Path, overlay: Path, build
             files = failing_files(proc.stdout) or ["(see git apply output)"]
             raise BuildError(f"patch {name} does not apply: {', '.join(files)}")
         git(tree, "add", "-A", "-f")
-        # The patch header becomes the commit message, so that
-        # scripts/export-series.py can write the series back out.
-        header = patch.read_text().split("\ndiff --git", 1)[0].strip() or name
-        git(tree, "commit", "-q", "--allow-empty", "-m",
-            f"{header}\n\nPatch: {name.removesuffix('.patch')}")
+        git(tree, "commit", "-q", "--allow-empty", "-m", patch_commit_message(patch))
     if overlay.is_dir():
         shutil.copytree(overlay, tree, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -235,9 +270,9 @@ def read_series_blocks(version_dir: Path) -> tuple[list[str], dict[str, list[str
 
 
 def slug_of(name: str) -> str:
-    """``0004-executor-count-sp-ranks.patch`` -> ``executor-count-sp-ranks``:
-    a patch's identity across series and releases (its number is its place)."""
-    return re.sub(r"^\d{4}-", "", name.removesuffix(".patch"))
+    """``executor-count-sp-ranks.patch`` -> ``executor-count-sp-ranks``: a
+    patch's identity across series and releases (its place is in series)."""
+    return name.removesuffix(".patch")
 
 
 def carry_group_comments(before: dict[str, list[str]], kept: set[str]) -> dict[str, list[str]]:
@@ -259,10 +294,11 @@ def carry_group_comments(before: dict[str, list[str]], kept: set[str]) -> dict[s
 def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
                   comments_from: Path | list[Path] | None = None) -> list[str]:
     """Write the commits ``base..HEAD`` of a work tree out as the series: one
-    ``NNNN-slug.patch`` per commit whose header is the commit message, plus the
-    ``series`` file (grouping comments kept from ``comments_from``'s series,
-    matched by slug).  NNNN is the commit's place; the slug comes from a
-    ``Patch: NNNN-slug`` line in the message, else from the subject.  Commits
+    ``slug.patch`` per commit whose header is the commit message (patch_header),
+    plus the
+    ``series`` file (the commits' order; grouping comments kept from
+    ``comments_from``'s series, matched by slug).  The slug comes from a
+    ``Patch: slug`` line in the message, else from the subject.  Commits
     named ``overlay`` are skipped (overlay/ lives in this repo).  Given several
     series directories, a patch's comments come from the first that has it."""
     out.mkdir(parents=True, exist_ok=True)
@@ -275,18 +311,17 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
         subject = msg.splitlines()[0]
         if subject == "overlay":
             continue
-        m = re.search(r"^Patch: \d{4}-([a-z0-9-]+)$", msg, flags=re.M)
+        m = re.search(r"^Patch: ([a-z0-9-]+)$", msg, flags=re.M)
         if m:
             slug = m.group(1)
             msg = msg.replace(m.group(0) + "\n", "")
         else:
-            slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:48].strip("-")
-        # The number is only the position (the slug is a patch's identity), so
-        # a reordered or shortened series comes out numbered 0001.. again.
-        name = f"{len(names) + 1:04d}-{slug}.patch"
+            slug = re.sub(r"[^a-z0-9]+", "-", subject.removeprefix("Description: ").lower()
+                          ).strip("-")[:48].strip("-")
+        name = f"{slug}.patch"     # its place is its line in series
         diff = git(tree, "show", "--format=", "--no-color", "--full-index", sha,
                    merge=False).stdout
-        (out / name).write_text(msg.rstrip() + "\n\n" + diff)
+        (out / name).write_text(patch_header(msg) + "\n\n" + diff)
         names.append(name)
     sources = comments_from if isinstance(comments_from, list) else [comments_from or out]
     sources = [d for d in sources if d.joinpath("series").exists()]
@@ -294,7 +329,7 @@ def export_series(tree: Path, out: Path, version: str, base: str = "pristine",
     header, before = [], {}
     for i, src in enumerate(sources):
         src_header, src_before = read_series_blocks(src)
-        src_before = {slug_of(n): c for n, c in src_before.items()}   # numbers may move
+        src_before = {slug_of(n): c for n, c in src_before.items()}
         if i == 0:
             header, before = src_header, carry_group_comments(src_before, kept)
         else:   # a patch the first series lacks: its own comments from this one

@@ -7,12 +7,20 @@
 
 Per release, each problem is one line on stderr and the exit status is 1:
 
-- ``series`` and the directory agree: every name it lists exists, every
-  ``*.patch`` is listed, none twice, and the numbers count 0001, 0002, ...
-  in series order (the number is only a patch's place; its slug is its name);
+- ``series`` and the directory agree: every name it lists exists and is a
+  ``slug.patch`` (the slug is a patch's name in every release; its place is
+  its line in ``series``), every ``*.patch`` is listed, none twice;
 - every patch has a header (the text before its first ``diff --git``, which
-  build.sh makes the commit message): a ``topic: what`` subject line and a
-  body that says why, at least BODY_MIN characters;
+  build.sh makes the commit message) that opens with DEP-3-style fields, one
+  ``Key: value`` a line (a value goes on over lines that start with a
+  space), up to the first empty line:
+
+  ``Description: topic: what``, ``Origin:`` (``vllm-sp``: we wrote it) and
+  ``Forwarded:`` (a URL, or ``no`` / ``not-needed`` with the reason) on
+  every patch; on an upstream fix (the patches after ``series``' "Upstream
+  fixes" comment) also ``Bug:`` (the upstream issue's URL, or ``no`` with
+  the reason) and ``Drop-When:`` (what upstream must have for the patch to
+  go).  After the fields, the why: at least BODY_MIN characters;
 - the series applies in order to the pristine sdist (from the download
   cache, fetched and checked against SHA256SUMS as build.sh does when it is
   missing): each patch is checked and then applied, so patch N is checked
@@ -39,7 +47,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build  # noqa: E402
 
 BODY_MIN = 100
-NAME = re.compile(r"^(\d{4})-[a-z0-9]+(?:-[a-z0-9]+)*\.patch$")
+NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*\.patch$")
+# Every patch's fields, and an upstream fix's besides: what a value must
+# start with, and that said in words for the error (the reason after
+# "no"/"not-needed" is free text).
+URL = r"https?://\S+"
+FIELDS = {"Description": (r"[\w./ -]+: \S", "'topic: what'"),
+          "Origin": (r"\S", "who wrote it (vllm-sp: we did)"),
+          "Forwarded": (rf"({URL}|no|not-needed)\b", "a URL, or no / not-needed (why)")}
+FIX_FIELDS = {"Bug": (rf"({URL}|no)\b", "the upstream issue's URL, or no (why)"),
+              "Drop-When": (r"\S", "what upstream must have for the patch to go")}
 
 
 def listed(version_dir: Path) -> list[str]:
@@ -52,38 +69,64 @@ def check_files(version_dir: Path) -> list[str]:
     problems = [f"series lists {n} twice" for n in sorted({n for n in names
                                                           if names.count(n) > 1})]
     names = list(dict.fromkeys(names))
-    misnumbered = None
-    for i, name in enumerate(names, 1):
-        m = NAME.match(name)
-        if not m:
-            problems.append(f"series names {name}: not NNNN-slug.patch")
-        elif int(m.group(1)) != i and misnumbered is None:
-            misnumbered = f"{name} is patch {i} of the series"
+    for name in names:
+        if not NAME.match(name):
+            problems.append(f"series names {name}: not slug.patch (lower-case words and "
+                            "hyphens, no number: the order is series')")
         if not (version_dir / name).is_file():
             problems.append(f"series lists {name}, which does not exist")
-    if misnumbered:
-        problems.append(f"numbers do not count 0001, 0002, ... in series order ({misnumbered}; "
-                        "renumber: scripts/export-series.py numbers by place)")
     for path in sorted(version_dir.glob("*.patch")):
         if path.name not in names:
             problems.append(f"{path.name} is not in series")
-    slugs = [build.slug_of(n) for n in names]
-    for slug in sorted({s for s in slugs if slugs.count(s) > 1}):
-        problems.append(f"slug {slug} names more than one patch")
     return problems
 
 
-def check_header(path: Path) -> list[str]:
+def upstream_fixes(version_dir: Path) -> set[str]:
+    """The patches listed after the series' "Upstream fixes" comment."""
+    fixes, seen = set(), False
+    for line in (version_dir / "series").read_text().splitlines():
+        name = line.split("#", 1)[0].strip()
+        if not name:
+            seen = seen or bool(re.match(r"#\s*Upstream fixes\b", line.strip()))
+        elif seen:
+            fixes.add(name)
+    return fixes
+
+
+def header_fields(header: str) -> tuple[dict[str, str], str, list[str]]:
+    """The header's opening fields (up to its first empty line), the text
+    after them, and the lines of that first paragraph that are no field."""
+    block, _, body = header.partition("\n\n")
+    fields, stray, key = {}, [], None
+    for line in block.splitlines():
+        m = re.match(r"^([A-Z][A-Za-z-]*): (.*)$", line)
+        if m:
+            key = m.group(1)
+            fields[key] = m.group(2).strip()
+        elif line[:1] == " " and key:
+            fields[key] += " " + line.strip()
+        else:
+            stray.append(line)
+    return fields, body, stray
+
+
+def check_header(path: Path, upstream_fix: bool = False) -> list[str]:
     text = path.read_text()
     if "diff --git " not in text:
         return [f"{path.name}: no diff --git in it"]
     header = text.split("diff --git ", 1)[0].strip()
     if not header:
         return [f"{path.name}: no header (what and why) before its diff"]
-    subject, _, body = header.partition("\n")
-    problems = []
-    if not re.match(r"^[\w./ -]+: \S", subject):
-        problems.append(f"{path.name}: subject {subject[:60]!r} is not 'topic: what'")
+    fields, body, stray = header_fields(header)
+    problems = [f"{path.name}: {line[:60]!r} in the header's fields is no 'Key: value' "
+                "(a value goes on over lines that start with a space)" for line in stray[:1]]
+    wanted = {**FIELDS, **(FIX_FIELDS if upstream_fix else {})}
+    for key, (form, words) in wanted.items():
+        if key not in fields:
+            problems.append(f"{path.name}: no {key}: field in the header (wanted: {words}"
+                            + ("; every upstream fix has one)" if key in FIX_FIELDS else ")"))
+        elif not re.match(form, fields[key]):
+            problems.append(f"{path.name}: {key}: {fields[key][:60]!r} is not {words}")
     body = " ".join(body.split())
     if len(body) < BODY_MIN:
         problems.append(f"{path.name}: header body {len(body)} characters, under {BODY_MIN}: "
@@ -145,9 +188,10 @@ def check(version: str, patches_dir: Path, cache: Path) -> list[str]:
     if not (version_dir / "series").is_file():
         return [f"no {version_dir / 'series'}"]
     problems = check_files(version_dir)
+    fixes = upstream_fixes(version_dir)
     for name in dict.fromkeys(listed(version_dir)):
         if (version_dir / name).is_file():
-            problems += check_header(version_dir / name)
+            problems += check_header(version_dir / name, upstream_fix=name in fixes)
     problems += check_applies(version, version_dir, cache)
     return problems
 

@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
 """Write the commits of a work tree (``pristine..HEAD``) back out as the
 patch series of VLLM_VERSION (or the release given second): one
-``NNNN-slug.patch`` per commit, whose header is the commit message, plus the
-``series`` file (its grouping comments kept, matched by slug).  NNNN is the
-commit's place, so a reordered series comes out renumbered; check the result
-with scripts/check_series.py.
+``slug.patch`` per commit, whose header is the commit message, plus the
+``series`` file, which holds the commits' order (its grouping comments
+kept, matched by slug); check the result with scripts/check_series.py.
 
     ./build.sh --tree-only --build-dir /tmp/dev     # pristine + series as commits
     cd /tmp/dev/vllm-<ver> && git checkout -b work HEAD~1   # drop the overlay commit
     ... edit, git commit (subject = "topic: what", body = why) ...
     scripts/export-series.py /tmp/dev/vllm-<ver> [<ver>]
 
-The slug comes from a ``Patch: NNNN-slug`` line in the message when present
+The slug comes from a ``Patch: slug`` line in the message when present
 (build.sh writes one per patch), else from the subject.  Commits named
 ``overlay`` are skipped (overlay/ is maintained in this repo directly)."""
 

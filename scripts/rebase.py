@@ -24,8 +24,8 @@ Per patch the tool says ``clean`` (the patch file applies as it is),
 has the change: dropped), ``conflict`` (stopped; the files are named) or
 ``resolved`` (a conflict resolved by hand before ``--continue``).  It
 replays the newest series under patches/ (``--from`` to choose another).
-At the end it exports ``patches/v<new>/`` (patch headers, slugs and the
-series' grouping comments kept, files numbered by place, SHA256SUMS of the
+At the end it exports ``patches/v<new>/`` (patch headers and the
+series' grouping comments kept, files named by slug, SHA256SUMS of the
 downloads recorded) and checks the overlay against the new tree
 (scripts/overlay_check.py): every ``vllm.*`` name the overlay and the patched
 files import must exist there.  Then (unless ``--no-build``) the release-day
@@ -203,9 +203,7 @@ def replay(state: dict) -> bool:
                 raise b.BuildError(f"{name} of patches/v{state['new']}/ does not apply after "
                                    "the patches before it: port afresh with --fresh")
             b.git(tree, "add", "-A", "-f")
-            header = patch.read_text().split("\ndiff --git", 1)[0].strip()
-            b.git(tree, "commit", "-q", "--allow-empty", "-m",
-                  f"{header}\n\nPatch: {name.removesuffix('.patch')}")
+            b.git(tree, "commit", "-q", "--allow-empty", "-m", b.patch_commit_message(patch))
             state["done"].append([name, "kept", []])
             log(f"{name}: kept (already ported)")
             state["todo"].pop(0)
@@ -257,7 +255,7 @@ def commit(tree: Path, sha: str, message: Path | None = None) -> None:
         return
     old = b.git(tree, "log", "-1", "--format=%B", sha, merge=False).stdout
     trailer = re.search(r"^Patch: \S+$", old, flags=re.M).group(0)
-    text = message.read_text().rstrip()
+    text = b.commit_message(message.read_text())     # a header as in the patch file, too
     if trailer not in text:
         text += "\n\n" + trailer
     b.git(tree, "commit", "-q", "--allow-empty", "-m", text)

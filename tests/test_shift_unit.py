@@ -14,11 +14,17 @@ import pytest
 
 from harness.gloo import run_ranks
 
-# Each rank's checks, after harness.gloo's prologue built its groups.
-BODY = '''
-    from vllm.distributed import shift
-    from vllm.distributed.communication_op import tensor_model_parallel_all_reduce
-    from vllm.distributed.communication_op import tensor_model_parallel_all_gather
+
+def weights_shared_on_each_rank(rank, world, tp, sp, cfg):
+    """Each rank's checks (harness.gloo built its groups)."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import shift, ulysses
+    from vllm.distributed.communication_op import (
+        tensor_model_parallel_all_gather,
+        tensor_model_parallel_all_reduce,
+    )
     from vllm.model_executor.layers.linear import RowParallelLinear
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
     with set_current_vllm_config(cfg):
@@ -30,7 +36,7 @@ BODY = '''
             assert ps.get_tensor_model_parallel_rank() == full_rank == t * sp + s
             assert ulysses.sp_size() == 1
         assert ps.get_tensor_model_parallel_world_size() == tp and ulysses.sp_size() == sp
-        I, O, T = 64, 24, 5
+        I, O, T = 64, 24, 5                                   # noqa: E741 (in, out)
         V = 512                                               # a multiple of 64 * TP * SP
         sp_layer = RowParallelLinear(I, O, bias=False, return_bias=False, prefix="down")
         sp_head = ParallelLMHead(V, I, prefix="lm_head")
@@ -66,9 +72,8 @@ BODY = '''
     with ulysses.as_full_tp():
         logits = tensor_model_parallel_all_gather(x @ full_head.weight.T)
     torch.testing.assert_close(logits, x @ E.T, rtol=1e-5, atol=1e-5)
-'''
 
 
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
 def test_row_parallel_weights_shared_across_layouts(tmp_path, tp, sp):
-    run_ranks(BODY, tmp_path, tp, sp)
+    run_ranks(weights_shared_on_each_rank, tmp_path, tp, sp)

@@ -4,11 +4,17 @@ names the fix where it does not."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from harness.config import cli_rejects, engine_config, error_line
+from harness.config import (
+    OUR_FIELDS,
+    cli_rejects,
+    config_facts,
+    engine_config,
+    error_line,
+    upstream_config_facts,
+    write_config,
+)
 from harness.models import make_model
 from harness.repo import VERSION
 
@@ -43,10 +49,21 @@ def test_world_size_and_hash(llama):
     assert sp.model_config.get_num_kv_heads(sp.parallel_config) == 1          # replicated
 
 
-def test_sp1_is_upstream(llama):
-    a = engine_config(llama, tensor_parallel_size=2)
-    b = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=1)
-    assert a.parallel_config.compute_hash() == b.parallel_config.compute_hash()
+def test_sp1_is_upstream(llama, tmp_path):
+    """Without -sp and with -sp 1, the engine config is the one upstream
+    vLLM builds (its official wheel, unpatched, in a subprocess): the same
+    parallel-config hash factors and world size, per-GPU heads and
+    compilation config; our own fields hold their defaults."""
+    upstream = upstream_config_facts(llama, tmp_path, tensor_parallel_size=2)
+    assert upstream.pop("ours") == {}
+    for kw in ({}, {"sequence_parallel_size": 1}):
+        ours = config_facts(engine_config(llama, tensor_parallel_size=2, **kw))
+        assert ours.pop("ours") == OUR_FIELDS, kw
+        up, mine = upstream["parallel"], ours["parallel"]
+        differ = {k: (up.get(k, "-"), mine.get(k, "-")) for k in up.keys() | mine.keys()
+                  if up.get(k, "-") != mine.get(k, "-")}
+        assert not differ, f"{kw}: ParallelConfig (upstream, ours): {differ}"
+        assert ours == upstream, kw
 
 
 def test_turns_off_the_enable_sp_compile_pass(llama):
@@ -173,12 +190,6 @@ def test_kv_heads_neither_divisible_nor_multiple(models_dir):
     with pytest.raises(Exception) as excinfo:
         engine_config(model, sequence_parallel_size=4)
     error_line(excinfo, "neither divides nor is a multiple of")
-
-
-def write_config(path, cfg):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    return path
 
 
 def test_mla_rejected(tmp_path):

@@ -8,20 +8,23 @@ accepted, the other hybrids refused naming their layers."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from harness.config import engine_config, error_line
+from harness.config import engine_config, error_line, write_config
 from harness.gloo import run_ranks
 from harness.models import make_model
 
-# After harness.gloo's prologue (groups built, ``cfg`` the VllmConfig).
-BODY = '''
+
+def gdn_plan_on_each_rank(rank, world, tp, sp, cfg):
+    """Each rank's checks (harness.gloo built its groups)."""
+    import torch
     from transformers import Qwen3NextConfig
     from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import ulysses
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
-        QwenGatedDeltaNetAttention)
+        QwenGatedDeltaNetAttention,
+    )
 
     t, s = ps.get_tensor_model_parallel_rank(), ulysses.sp_rank()
     Hk, Hv, dk, dv, K = 4, 8, 32, 32, 4
@@ -92,12 +95,11 @@ BODY = '''
     want = core(mixer, qkv_all, b_all, a_all)[rows]        # one process, all tokens
     assert got.shape == (n, Hv // tp, dv), got.shape
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (got - want).abs().max()
-'''
 
 
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
 def test_plan_matches_one_process_and_full_tp_layout(tmp_path, tp, sp):
-    run_ranks(BODY, tmp_path, tp, sp)
+    run_ranks(gdn_plan_on_each_rank, tmp_path, tp, sp)
 
 
 # ------------------------------------------------------------------ config
@@ -118,12 +120,6 @@ def test_linear_heads_must_divide(models_dir):
         engine_config(model, tensor_parallel_size=2, sequence_parallel_size=4)
     line = error_line(excinfo, "linear_num_key_heads=4")
     assert "tensor_parallel_size*sequence_parallel_size=2*4" in line, line
-
-
-def write_config(path, cfg):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    return path
 
 
 def test_other_hybrids_refused_naming_their_layers(tmp_path):

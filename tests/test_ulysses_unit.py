@@ -114,8 +114,11 @@ def test_local_head_counts_rejects(heads, kv, sp, msg):
 
 # ------------------------------------------------------------------ exchange
 
-# Each rank's checks, after harness.gloo's prologue built its groups.
-BODY = '''
+def exchange_on_each_rank(rank, world, tp, sp, cfg):
+    """Each rank's checks of the exchange (harness.gloo built its groups)."""
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import ulysses
+
     group = ulysses.get_sp_group()
     s, t = ulysses.sp_rank(), ps.get_tensor_model_parallel_rank()
     assert group.world_size == sp and ulysses.get_full_tp_group().rank_in_group == t * sp + s
@@ -147,7 +150,6 @@ BODY = '''
     assert padded % sp == 0 and padded - T < sp
     x = torch.arange(padded * 3, dtype=torch.float32).reshape(padded, 3)
     assert torch.equal(ulysses.gather_tokens(ulysses.shard_tokens(x)), x)
-'''
 
 
 def test_exchange_op_takes_contiguous_input_from_inductor():
@@ -163,36 +165,39 @@ def test_exchange_op_takes_contiguous_input_from_inductor():
 
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2), (1, 4)])
 def test_all_to_all_matches_reference(tmp_path, tp, sp):
-    run_ranks(BODY, tmp_path, tp, sp)
+    run_ranks(exchange_on_each_rank, tmp_path, tp, sp)
 
 
-KV_SCALES = """
-from types import SimpleNamespace
-from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
-    CompressedTensorsKVCacheMethod)
-t, s = ps.get_tp_group().rank_in_group, ulysses.sp_rank()
-heads = 8
-for kv in (1, 2, 4, 8):
-    # The KV heads this GPU attends with under Ulysses: its TP rank's (as
-    # upstream TP holds them), then chunk s of those, or head s // r of them
-    # when they are fewer than SP and repeated r times.
-    tp_kv = list(range(t * kv // tp, (t + 1) * kv // tp)) if kv >= tp else [t // (tp // kv)]
-    q, local_kv, r = ulysses.local_head_counts(heads // tp, len(tp_kv), sp)
-    want = tp_kv[s * local_kv:(s + 1) * local_kv] if r == 1 else [tp_kv[s // r]]
-    scheme = dict(type="float", num_bits=8, strategy="attn_head", symmetric=True)
-    method = CompressedTensorsKVCacheMethod(SimpleNamespace(
-        kv_cache_scheme=scheme, total_num_heads=heads, total_num_kv_heads=kv))
-    layer = torch.nn.Module()
-    layer.num_kv_heads = local_kv
-    method.create_weights(layer)
-    # One scale per head, its head's number; q scales reduce to their KV head's.
-    layer.k_scale.weight_loader(layer.k_scale, torch.arange(kv, dtype=torch.float32)[:, None])
-    q_scales = torch.arange(kv, dtype=torch.float32).repeat_interleave(heads // kv)
-    layer.q_scale.weight_loader(layer.q_scale, q_scales)
-    for name in ("k_scale", "q_scale"):
-        got = getattr(layer, name).tolist()
-        assert got == want, (name, kv, rank, got, want)
-"""
+def kv_scales_on_each_rank(rank, world, tp, sp, cfg):
+    """Each rank loads the per-head scales of the KV heads it attends with."""
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import ulysses
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsKVCacheMethod,
+    )
+
+    t, s = ps.get_tp_group().rank_in_group, ulysses.sp_rank()
+    heads = 8
+    for kv in (1, 2, 4, 8):
+        # The KV heads this GPU attends with under Ulysses: its TP rank's (as
+        # upstream TP holds them), then chunk s of those, or head s // r of them
+        # when they are fewer than SP and repeated r times.
+        tp_kv = list(range(t * kv // tp, (t + 1) * kv // tp)) if kv >= tp else [t // (tp // kv)]
+        q, local_kv, r = ulysses.local_head_counts(heads // tp, len(tp_kv), sp)
+        want = tp_kv[s * local_kv:(s + 1) * local_kv] if r == 1 else [tp_kv[s // r]]
+        scheme = dict(type="float", num_bits=8, strategy="attn_head", symmetric=True)
+        method = CompressedTensorsKVCacheMethod(SimpleNamespace(
+            kv_cache_scheme=scheme, total_num_heads=heads, total_num_kv_heads=kv))
+        layer = torch.nn.Module()
+        layer.num_kv_heads = local_kv
+        method.create_weights(layer)
+        # One scale per head, its head's number; q scales reduce to their KV head's.
+        layer.k_scale.weight_loader(layer.k_scale, torch.arange(kv, dtype=torch.float32)[:, None])
+        q_scales = torch.arange(kv, dtype=torch.float32).repeat_interleave(heads // kv)
+        layer.q_scale.weight_loader(layer.q_scale, q_scales)
+        for name in ("k_scale", "q_scale"):
+            got = getattr(layer, name).tolist()
+            assert got == want, (name, kv, rank, got, want)
 
 
 def test_per_head_kv_scales_follow_the_heads(tmp_path):
@@ -201,7 +206,7 @@ def test_per_head_kv_scales_follow_the_heads(tmp_path):
     fewer than, equal to and more than TP*SP (kv-scales-per-head-follow-sp;
     sliced by TP rank alone, loading fails: 4 KV heads at TP=2 x SP=2 divide
     by zero)."""
-    run_ranks(KV_SCALES, tmp_path, 2, 2)
+    run_ranks(kv_scales_on_each_rank, tmp_path, 2, 2)
 
 
 def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):

