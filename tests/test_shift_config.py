@@ -106,3 +106,23 @@ def test_cli_rejects_shift_without_sp(llama):
     """`vllm serve --shift-parallel` without SP exits before any worker starts."""
     out = cli_rejects(llama, ["--shift-parallel"])
     assert "it needs --sequence-parallel-size > 1" in out, out[-3000:]
+
+
+def test_full_tp_model_does_not_fuse_over_the_sp_models_group(llama):
+    """FlashInfer's fused all-reduce + RMSNorm keeps one workspace per
+    process, made for the first group that asks: at TP=2 x SP=2 the SP
+    model's TP group.  The full-TP model reduces over TP*SP ranks, so its
+    config must not ask for the fused pass; the SP model's keeps it."""
+    from vllm.distributed import ulysses
+
+    cfg = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2,
+                        shift_parallel=True)
+    # As vLLM sets it on Hopper with FlashInfer (the CPU platform cannot
+    # build the pass, so it is set after the config is made).
+    cfg.compilation_config.pass_config.fuse_allreduce_rms = True
+    full = ulysses.full_tp_config(cfg)
+    assert full.parallel_config.tensor_parallel_size == 4
+    assert not full.compilation_config.pass_config.fuse_allreduce_rms
+    assert cfg.compilation_config.pass_config.fuse_allreduce_rms
+    assert (full.compilation_config.compute_hash()
+            != cfg.compilation_config.compute_hash())
