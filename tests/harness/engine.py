@@ -22,8 +22,9 @@ pool: the imports run no parallel op), and the child takes the run's
 environment before vLLM reads any of it, so it starts as the fresh
 interpreter would after its imports; vLLM then spawns its workers as for
 a user (the CPU platform forces spawn).  A run whose environment differs
-from the forker's in anything read at import time (Ray's, the suffix
-drafter's ``PYTHONPATH``, Inductor on) gets a fresh interpreter as before.
+from the forker's in anything read at import time (Ray's, Inductor on)
+gets a fresh interpreter as before; folders a run adds to ``PYTHONPATH``
+(the suffix drafter's package) the child puts on ``sys.path`` itself.
 """
 
 from __future__ import annotations
@@ -254,6 +255,10 @@ FORK = os.environ.get("SP_TEST_FORK", "1") != "0"
 # when the engine starts (vllm.envs is read on access), never at import.
 READ_LATE = {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
              "VLLM_ALLOW_INSECURE_SERIALIZATION"}
+# Folders a run adds to PYTHONPATH (the suffix drafter's package): the child
+# puts them on sys.path itself; vLLM finds plugins there when the engine
+# starts, and its spawned workers read PYTHONPATH as usual.
+PATH = "PYTHONPATH"
 
 
 class _Forker:
@@ -337,7 +342,15 @@ _FORKER = _Forker()
 
 
 def _early(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in READ_LATE}
+    """What the child must share with the forker: all but READ_LATE, and
+    PYTHONPATH where the run's only adds folders in front."""
+    out = {k: v for k, v in env.items() if k not in READ_LATE}
+    base = os.environ.get(PATH)
+    if out.get(PATH, "").endswith(base or ""):
+        out.pop(PATH, None)
+        if base is not None:
+            out[PATH] = base
+    return out
 
 
 def default_env(world: int = 1) -> dict[str, str]:
@@ -372,6 +385,8 @@ def _forker() -> None:
             answers.close()
             os.environ.clear()
             os.environ.update(req["env"])
+            added = os.environ.get(PATH, "").split(os.pathsep)
+            sys.path[:0] = [d for d in added if d and d not in sys.path]
             status = 0
             try:
                 _child(req["spec"])
