@@ -320,6 +320,8 @@ class _Forker:
             except (OSError, RuntimeError):
                 self.broken = True
                 return None
+        elif _early(env) != self.env:       # the session's environment changed since
+            return None
         with tempfile.NamedTemporaryFile(prefix="engine-", suffix=".log") as out:
             try:
                 req = json.dumps(dict(spec=spec, env=env, out=out.name)) + "\n"
