@@ -1,16 +1,21 @@
 """Ulysses SP and Shift on a hybrid Gated-DeltaNet model (Qwen3-Next: GDN
 linear attention and gated full attention, MoE) on the real vLLM CPU engine:
-every layout gives TP=1's greedy tokens and prompt logprobs.
+every layout gives TP=1's greedy tokens and prompt logprobs, or in
+bfloat16 those of the upstream layout it computes like.
 
 bfloat16, as the CPU GDN kernels take nothing else (on 0.26 with the
 recurrent state in float32, ``mamba_ssm_cache_dtype``: its CPU chunk kernel
 refuses a bf16 initial state).  In bfloat16 the layouts that all-reduce over
 TP ranks sum in another order than TP=1, and on this random model a
-near-tie flips some greedy continuations, so each layout is held to the one
-whose products it computes: SP=2 to TP=1 exactly; TP=2 x SP=2 to TP=2 (each
-GPU runs the TP rank's projections on its tokens and whole GDN and
-attention heads), no further from it than TP=1 is; Shift, whose decodes run
-plain TP=2, to TP=2's distance from TP=1 (harness.compare.assert_no_further).
+near-tie flips some greedy continuations; and the CPU GDN kernels may round
+otherwise with fewer heads per rank (on an AMX host upstream's own TP=4,
+one linear key head per rank, departs from TP=1: docs/reliability.md).  So
+each layout is held to the upstream layouts whose per-rank products it
+computes: SP=2 (TP=1's projections, TP=2's heads per rank) to TP=1 bit for
+bit, as it is on every host seen; Shift at TP=2 x SP=2, whose SP steps run
+TP=2's projections on TP=4's GDN heads per rank and whose decodes are
+upstream's TP=4, no further from TP=2 than TP=4 is and no further from
+TP=4 than TP=2 is (harness.compare.assert_between).
 
 The workload is harness.workload's: odd lengths (steps padded to a multiple
 of SP), a prompt longer than the 64-token step (chunked prefill, the GDN
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.compare import assert_no_further, assert_same
+from harness.compare import assert_between, assert_no_further, assert_same
 from harness.models import GDN, make_qwen3_next
 from harness.repo import VERSION
 from harness.workload import check_prefix_cache, run
@@ -54,20 +59,31 @@ def tp1(model):
     return r
 
 
+# The most two upstream bfloat16 layouts of this model may differ before
+# their greedy tokens depart (prompt and generated logprobs): measured on an
+# AVX-512 host, TP=2 0.40 and TP=4 0.22 from TP=1; a TP=2 whose ranks read
+# each other's GDN decay parameters (A_log, dt_bias) 1.42.
+BF16_SPREAD = 0.75
+
+
 @pytest.fixture(scope="module")
 def tp2(model):
     return run(model, tp=2, **GDN)
 
 
+@pytest.fixture(scope="module")
+def tp4(model):
+    """Upstream's TP=4: one linear key head, two value heads per rank."""
+    return run(model, tp=4, **GDN)
+
+
 def test_tp2_is_a_fair_bound(tp1, tp2):
-    """Upstream's TP=2 stays within a bf16-sized distance of TP=1 and keeps
-    some prompts' tokens whole (else Shift would be held to nothing)."""
+    """Upstream's TP=2 stays within a bf16-sized distance of TP=1, departs
+    only at near-ties, and keeps some prompts' tokens whole."""
     check_hits(tp2)
     kept = [i for i, (x, y) in enumerate(zip(tp1.tokens, tp2.tokens)) if x == y]
     assert kept, (tp1.tokens, tp2.tokens)
-    assert_no_further(tp1, tp2, tp2, what="TP=2 vs TP=1")
-    assert all(abs(x - y) < 1.0 for a, b in zip(tp1.prompt_logprobs, tp2.prompt_logprobs)
-               for x, y in zip(a, b) if x is not None)
+    assert_no_further(tp1, BF16_SPREAD, tp2, what="TP=2 vs TP=1")
 
 
 def test_sp2(model, tp1):
@@ -76,32 +92,21 @@ def test_sp2(model, tp1):
     check_hits(got)
 
 
-def test_tp2_sp2(model, tp1, tp2):
-    """Each GPU: 1 of 4 linear key heads, 2 of 8 value heads; one KV head
-    of attention, replicated to both SP ranks.  Held to TP=2 no further
-    than TP=1 is from it.
+def test_shift_tp2_sp2(model, tp2, tp4):
+    """Shift at TP=2 x SP=2, threshold 8: prefill and mixed steps run SP
+    (each GPU: TP=2's projections, 1 of 4 linear key heads and 2 of 8 value
+    heads, one KV head of attention replicated to both SP ranks), decodes
+    full TP=4, so GDN states written in one mode are read in the other;
+    both models' layers hold the same conv and recurrent state tensors (the
+    SP view's state is laid out as full-TP rank t*SP+s's).
 
-    Block size 32, as vLLM picks for TP=1, SP=2 and TP=2: it sizes the
-    attention block so that a page holds a GDN layer's state, and with a
-    quarter of the GDN heads but half the KV heads per GPU it would pick
-    16 here.  Another block caches GDN states at other boundaries, so a
-    prefix hit restores another state and recomputes other tokens (measured:
-    64 cached tokens where TP=2 has 96), which in bfloat16 flips a tie that
-    TP=2 keeps.  With the same block it gave TP=2's tokens and logprobs
-    to the bit (on an AVX2 host)."""
-    got = run(model, tp=2, sp=2, **{**GDN, "block_size": 32})
-    assert_no_further(tp2, tp1, got, what="TP=2xSP=2 vs TP=2")
+    Block size: vLLM sizes the attention block so that a page holds a GDN
+    layer's state per GPU; here and at TP=4 that is 16 tokens (TP=2: 32),
+    so prefix hits restore states at TP=4's boundaries."""
+    got = run(model, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN)
+    assert_between(tp2, tp4, got, what="shift TP=2xSP=2 between TP=2 and TP=4")
     check_hits(got)
-
-
-def test_shift_switches_modes_over_one_state(model, tp1, tp2):
-    """Threshold 8: prefill and mixed steps run SP, decodes full TP, so GDN
-    states written in one mode are read in the other; both models' layers
-    hold the same conv and recurrent state tensors."""
-    got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN)
-    assert_no_further(tp1, tp2, got, what="shift SP=2 vs TP=1")
-    check_hits(got)
-    assert len(got.shift) == 2
+    assert len(got.shift) == 4
     for rank in got.shift:
         assert rank["layers"] == 4 and rank["state_layers"] == 2, rank
         assert rank["same_tensors"], rank

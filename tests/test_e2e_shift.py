@@ -38,16 +38,19 @@ def check_shift_run(r, world: int):
     assert len({tuple(sorted(rank["served"].items())) for rank in r.shift}) == 1, r.shift
 
 
-# On the other releases, TP=2 x SP=2 alone: full TP is 4 ranks, SP pairs
-# inside each TP rank (one engine covers SP, full TP and the shared cache).
-@pytest.mark.parametrize("tp", [1, pytest.param(2, marks=pytest.mark.core)])
-def test_auto_mode_switches_per_step(llama, llama_ref, tp):
-    """Threshold 8: prefill chunks and mixed steps in SP, decodes in full
-    TP.  TP=2xSP=2 is the 4-rank layout (full TP = 4 GPUs)."""
-    got = run(llama, tp=tp, sp=2, shift_parallel=True, shift_parallel_threshold=8)
-    assert_same(llama_ref, got, what=f"shift TP={tp}xSP=2 vs TP=1")
+# The core case, run on every release the series is ported to: full TP is
+# 4 ranks, SP pairs inside each TP rank (one engine covers SP at
+# TP=2 x SP=2 with one KV head per TP rank replicated to both SP ranks,
+# full TP and the shared cache).  Shift at TP=1 x SP=2 is test_moe's
+# layout, on the same workload with the same checks.
+@pytest.mark.core
+def test_auto_mode_switches_per_step(llama, llama_ref):
+    """Threshold 8: prefill chunks and mixed steps in SP at TP=2 x SP=2,
+    decodes in full TP=4."""
+    got = run(llama, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_same(llama_ref, got, what="shift TP=2xSP=2 vs TP=1")
     check_prefix_cache(got)
-    check_shift_run(got, tp * 2)
+    check_shift_run(got, 4)
     assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift
 
 

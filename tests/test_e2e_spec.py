@@ -28,7 +28,8 @@ states from both target models:
 * MTP (MiMo's layer), ``-sp 2 --shift-parallel``;
 * MTP on a hybrid target (Qwen3-Next's layer over its Gated-DeltaNet
   layers, bfloat16), ``-sp 2`` and ``-sp 2 --shift-parallel``: SP drafter
-  and full-TP drafter, and the GDN layers' verify steps in both modes.
+  and full-TP drafter, and the GDN layers' verify steps in both modes
+  (held between upstream's TP=1 and TP=2 with the same MTP).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from __future__ import annotations
 import pytest
 
 from harness import suffix
-from harness.compare import assert_no_further, assert_same
+from harness.compare import assert_between, assert_same
 from harness.drafters import make_eagle, make_eagle3, make_mimo, make_qwen3_next_mtp
 from harness.engine import run_engine
 from harness.models import GDN, make_qwen3_next
@@ -160,13 +161,16 @@ def test_mtp_under_shift(models_dir):
 def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     """Qwen3-Next's MTP layer drafting for its hybrid target, k=1.
 
-    The reference is TP=1 *with* the same MTP.  In bfloat16 vLLM's own TP=1
-    gives other tokens with it than without (its verify steps run the GDN's
-    multi-token kernel, which rounds otherwise, and this random model has
-    near-ties: 2 of 5 prompts in a workload like this one), so TP=1 without
-    speculation holds nothing here.  SP=2 computes TP=1's products, so it must equal it to
-    the bit, drafts included.  Under Shift every verify step of <= 12 tokens
-    runs full TP=2: held no further from TP=1 than TP=2 with the MTP is.
+    The references are upstream's TP=1 and TP=2 *with* the same MTP.  In
+    bfloat16 vLLM's own TP=1 gives other tokens with it than without (its
+    verify steps run the GDN's multi-token kernel, which rounds otherwise,
+    and this random model has near-ties: 2 of 5 prompts in a workload like
+    this one), so TP=1 without speculation holds nothing here.  SP=2
+    computes TP=1's projections on TP=2's GDN heads per rank (on an AVX2 or
+    AVX-512 host it equals TP=1 to the bit); under Shift every verify step
+    of <= 12 tokens runs full TP=2.  Each is held no further from TP=1 than
+    TP=2 is and no further from TP=2 than TP=1 is (test_e2e_hybrid says
+    why: a CPU GDN kernel may round otherwise with fewer heads per rank).
 
     The engine core runs in-process (harness.engine): with its own
     process it starts stepping as soon as the first request reaches it, so which
@@ -189,12 +193,12 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
                                                   num_speculative_tokens=1),
                           **GDN, **kw)
 
-    ref = run_hybrid()
-    assert ref.spec["accepted"] > 0, ref.spec
+    ref, tp2 = run_hybrid(), run_hybrid(tp=2)
+    assert ref.spec["accepted"] > 0 and tp2.spec["accepted"] > 0, (ref.spec, tp2.spec)
     got = run_hybrid(sp=2)
-    assert_same(ref, got, atol=0.0, what="hybrid MTP, SP=2 vs TP=1")
-    assert got.spec == ref.spec, (got.spec, ref.spec)
-    tp2 = run_hybrid(tp=2)
+    assert_between(ref, tp2, got, what="hybrid MTP, SP=2 between TP=1 and TP=2")
+    assert got.spec["accepted"] > 0, got.spec
     got = run_hybrid(sp=2, shift_parallel=True, shift_parallel_threshold=12)
-    assert_no_further(ref, tp2, got, what="hybrid MTP, SP=2 shift vs TP=1")
+    assert_between(ref, tp2, got, what="hybrid MTP, SP=2 shift between TP=1 and TP=2")
+    assert got.spec["accepted"] > 0, got.spec
     check_served(got, 2, 5)

@@ -12,14 +12,32 @@ models, hundreds of times what a test holds): allocating and zeroing the
 1 GiB that VLLM_CPU_KVCACHE_SPACE=1 (its smallest) asks for took ~3 s of
 each engine's start on the 2-core CI machine, and 1 GiB per rank of its
 memory.
+
+Where the child comes from (``FORK``): most runs fork it from one process
+that has imported vLLM once per session (``_Forker``), instead of starting
+an interpreter that imports it again: ``from vllm import LLM`` is ~9 s of
+CPU, most of a TP=1 run and a fifth of a TP=2 x SP=2 run on the 2-core CI
+machine.  The fork has done nothing but the imports (no engine, no thread
+pool: the imports run no parallel op), and the child takes the run's
+environment before vLLM reads any of it, so it starts as the fresh
+interpreter would after its imports; vLLM then spawns its workers as for
+a user (the CPU platform forces spawn).  A run whose environment differs
+from the forker's in anything read at import time (Ray's, Inductor on)
+gets a fresh interpreter as before; folders a run adds to ``PYTHONPATH``
+(the suffix drafter's package) the child puts on ``sys.path`` itself.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,18 +111,20 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
     if sp != 1:
         spec["engine"]["sequence_parallel_size"] = sp
     world = tp * sp * engine_kwargs.get("pipeline_parallel_size", 1)
-    env = {**os.environ, **cpu_env(world), **IN_PROCESS, **(env or {})}
+    env = {**default_env(world), **(env or {})}
     if engine_kwargs.get("shift_parallel"):
         # The per-rank report is a function sent to the workers.
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
-    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
-    proc = subprocess.run([sys.executable, str(HERE / "engine.py"), json.dumps(spec)],
-                          env=env, text=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=timeout)
-    out = proc.stdout
+    forked = _FORKER.run(spec, env, timeout) if FORK else None
+    if forked is None:
+        proc = subprocess.run([sys.executable, str(HERE / "engine.py"), json.dumps(spec)],
+                              env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+        forked = proc.returncode, proc.stdout
+    returncode, out = forked
     found = [line for line in out.splitlines() if line.startswith(RESULT)]
-    if proc.returncode != 0 or not found:
-        raise RuntimeError(f"engine run failed (rc={proc.returncode}, tp={tp}, sp={sp}):\n"
+    if returncode != 0 or not found:
+        raise RuntimeError(f"engine run failed (rc={returncode}, tp={tp}, sp={sp}):\n"
                            + out[-6000:])
     res = json.loads(found[-1][len(RESULT):])
     top = [[{int(t): lp for t, lp in pos.items()} for pos in seq] for seq in res["top"]]
@@ -229,9 +249,181 @@ def _shift_report(worker) -> dict:
     }
 
 
+# SP_TEST_FORK=0: every run in a fresh interpreter.
+FORK = os.environ.get("SP_TEST_FORK", "1") != "0"
+# What a forked child may set differently from the forker: vLLM reads these
+# when the engine starts (vllm.envs is read on access), never at import.
+READ_LATE = {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
+             "VLLM_ALLOW_INSECURE_SERIALIZATION"}
+# Folders a run adds to PYTHONPATH (the suffix drafter's package): the child
+# puts them on sys.path itself; vLLM finds plugins there when the engine
+# starts, and its spawned workers read PYTHONPATH as usual.
+PATH = "PYTHONPATH"
+
+
+class _Forker:
+    """The process the children are forked from (``engine.py --forker``),
+    started at the first run that can use it and kept for the session.
+    Protocol, one line each way: the test sends {spec, env, out}; the
+    forker answers ``pid <child>`` and, once the child has exited,
+    ``exit <code>``; the child's stdout and stderr go to ``out``."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.broken = False
+        self.buf = b""
+
+    def _start(self) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="engine-forker-", suffix=".log",
+                                               delete=False)
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "engine.py"), "--forker"],
+                                     env=self.env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log,
+                                     start_new_session=True)
+        atexit.register(self.stop)
+        if self._line(300) != "ready":
+            raise RuntimeError(f"engine forker did not start; see {self.log.name}")
+
+    def _line(self, timeout: float) -> str | None:
+        """The forker's next line, or None after ``timeout`` seconds."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            if not select.select([fd], [], [], timeout)[0]:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise OSError("engine forker exited")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode().strip()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.proc:
+            Path(self.log.name).unlink(missing_ok=True)
+
+    def run(self, spec: dict, env: dict[str, str], timeout: float) -> tuple[int, str] | None:
+        """(exit code, output) of the run in a forked child; None where the
+        run needs a fresh interpreter (its environment) or the forker is
+        gone (then every later run gets one too)."""
+        if self.broken or _early(env) != _early(default_env()):
+            return None
+        if self.proc is None:
+            self.env = _early(env)
+            try:
+                self._start()
+            except (OSError, RuntimeError):
+                self.broken = True
+                return None
+        elif _early(env) != self.env:       # the session's environment changed since
+            return None
+        with tempfile.NamedTemporaryFile(prefix="engine-", suffix=".log") as out:
+            try:
+                req = json.dumps(dict(spec=spec, env=env, out=out.name)) + "\n"
+                self.proc.stdin.write(req.encode())
+                self.proc.stdin.flush()
+                pid = int(self._line(60).split()[1])
+            except (OSError, AttributeError, ValueError, IndexError):
+                self.broken = True
+                return None
+            line = self._line(timeout)
+            if line is None:
+                os.killpg(pid, signal.SIGKILL)     # the child leads its own session
+                self._line(60)
+                raise subprocess.TimeoutExpired("engine run", timeout,
+                                                Path(out.name).read_text()[-6000:])
+            return int(line.split()[1]), Path(out.name).read_text()
+
+
+_FORKER = _Forker()
+
+
+def _exit(status: int) -> None:
+    """The child's exit: the atexit hooks, as any interpreter runs them
+    (multiprocessing's, vLLM's), then no further: the interpreter's own
+    teardown that follows frees nothing the system would not, and took
+    ~2 s of every run (no Python frame left in it)."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(status)
+
+
+def _early(env: dict[str, str]) -> dict[str, str]:
+    """What the child must share with the forker: all but READ_LATE, and
+    PYTHONPATH where the run's only adds folders in front."""
+    out = {k: v for k, v in env.items() if k not in READ_LATE}
+    base = os.environ.get(PATH)
+    if out.get(PATH, "").endswith(base or ""):
+        out.pop(PATH, None)
+        if base is not None:
+            out[PATH] = base
+    return out
+
+
+def default_env(world: int = 1) -> dict[str, str]:
+    """A run's environment unless the test adds to it."""
+    env = {**os.environ, **cpu_env(world), **IN_PROCESS}
+    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    return env
+
+
+def _forker() -> None:
+    # Answers go to the test on a descriptor of their own; whatever else is
+    # printed (vLLM logs to stdout) goes to the forker's log.
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    from vllm import LLM, SamplingParams  # noqa: F401  (what every child imports)
+
+    def answer(line: str) -> None:
+        answers.write(line + "\n")
+        answers.flush()
+
+    answer("ready")
+    for line in sys.stdin:
+        req = json.loads(line)
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            fd = os.open(req["out"], os.O_WRONLY | os.O_TRUNC)
+            os.dup2(fd, 1), os.dup2(fd, 2)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            answers.close()
+            os.environ.clear()
+            os.environ.update(req["env"])
+            added = os.environ.get(PATH, "").split(os.pathsep)
+            sys.path[:0] = [d for d in added if d and d not in sys.path]
+            status = 0
+            try:
+                _child(req["spec"])
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+            _exit(status)
+        answer(f"pid {pid}")
+        _, status = os.waitpid(pid, 0)
+        answer(f"exit {os.waitstatus_to_exitcode(status)}")
+
+
 if __name__ == "__main__":
     # Run as a script, this directory heads sys.path: drop it, so that no
     # harness module (server, config, ...) shadows a package vLLM imports.
     if sys.path and Path(sys.path[0]).resolve() == HERE:
         sys.path.pop(0)
-    _child(json.loads(sys.argv[1]))
+    if sys.argv[1] == "--forker":
+        _forker()
+    else:
+        try:
+            _child(json.loads(sys.argv[1]))
+        except BaseException:
+            traceback.print_exc()
+            _exit(1)
+        _exit(0)
