@@ -35,7 +35,8 @@ HERE = Path(__file__).resolve().parent
 IMAGE = HERE / "host" / "image-cp312.json"
 TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
           "--abi", "cp312", "--abi", "abi3", "--abi", "none"] + [
-    f"--platform={p}" for p in [f"manylinux_2_{n}_x86_64" for n in (39, 35, 34, 31, 28, 27, 26, 24, 17)]
+    f"--platform={p}"
+    for p in [f"manylinux_2_{n}_x86_64" for n in (39, 35, 34, 31, 28, 27, 26, 24, 17)]
     + ["manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64"]]
 
 
@@ -51,7 +52,8 @@ def _stubs(folder: Path) -> dict[str, str]:
         meta += "".join(f"Requires-Dist: {r}\n" for r in p["requires_dist"] or [])
         with zipfile.ZipFile(folder / f"{norm}-{public}+image-py3-none-any.whl", "w") as z:
             z.writestr(f"{info}/METADATA", meta)
-            z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+            z.writestr(f"{info}/WHEEL",
+                       "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
             z.writestr(f"{info}/RECORD", "")
         out[name] = public
     return out
@@ -92,7 +94,8 @@ def resolve(wheel: Path) -> list[dict]:
             cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
                    "--report", f"{tmp}/report.json", "--target", f"{tmp}/t", "--find-links",
                    str(stubs), "-c", f"{tmp}/c.txt", *TARGET, str(wheel), *sorted(extra)]
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=env)
             if proc.returncode == 0:
                 items = json.loads(Path(tmp, "report.json").read_text())["install"]
                 more = _host_only(items, host_env) - extra
@@ -100,9 +103,11 @@ def resolve(wheel: Path) -> list[dict]:
                     return items
                 extra |= more
                 continue
-            ruled_out = re.findall(r"The user requested \(constraint\) ([A-Za-z0-9_.-]+)==", proc.stdout)
+            ruled_out = re.findall(r"The user requested \(constraint\) ([A-Za-z0-9_.-]+)==",
+                                   proc.stdout)
             if not ruled_out:
-                tail = [ln for ln in proc.stdout.splitlines() if "WARNING: Location" not in ln][-12:]
+                tail = [ln for ln in proc.stdout.splitlines()
+                        if "WARNING: Location" not in ln][-12:]
                 raise SystemExit("user_env.py: pip could not resolve:\n" + "\n".join(tail))
             for name in ruled_out:
                 kept.pop(name, None)
