@@ -145,11 +145,13 @@ def test_decoder_family_under_shift(text_runs):
 @pytest.fixture(scope="module")
 def gpt_oss(models_dir):
     """GPT-OSS: a learned attention sink per head, sliding and full layers,
-    MoE; 4 KV heads (2 per TP rank at TP=2, as many as SP).  vLLM's CPU
+    MoE; ONE KV head, fewer than TP (GPT-OSS's attention needs the patch
+    gpt-oss-replicates-kv-heads-past-tp there: without it every layout
+    below but TP=1 dies at start-up), replicated to every rank.  vLLM's CPU
     kernels run it in bfloat16 only (float32 fails on the sinks' pointer at
     TP=1), where layouts that sum in another order differ in tokens, so each
     layout is held to the one it computes like."""
-    model = make_model(models_dir, "gpt_oss", heads=8, kv_heads=4, dtype="bfloat16")
+    model = make_model(models_dir, "gpt_oss", heads=8, kv_heads=1, dtype="bfloat16")
 
     def go(**kw):
         return run(model, dtype="bfloat16", **kw)
@@ -160,11 +162,11 @@ def gpt_oss(models_dir):
 def test_gpt_oss_tp_sp_equals_tp2(gpt_oss):
     """TP=2 x SP=2 computes TP=2's products: equal to TP=2 to the bit, and
     so no further from TP=1 than TP=2 is.  Inside each TP rank this is
-    SP=2 over that rank's weights: 2 KV heads, one per SP rank, and each SP
-    rank attends with its own heads' sinks (with the TP rank's first sinks
-    the backend refuses the layer; other sinks change the bits).  Each SP
-    rank caching several KV heads (GPT-OSS's 4 over SP=2) runs in the Shift
-    case's SP steps."""
+    SP=2 over that rank's weights: its one (replicated) KV head replicated
+    again to both SP ranks, and each SP rank attends with its own heads'
+    sinks (with the TP rank's first sinks the backend refuses the layer;
+    other sinks change the bits).  Several KV heads per SP rank: Bloom's
+    SP=2 (test_e2e_sp)."""
     runs, go = gpt_oss
     got = go(tp=2, sp=2)
     assert_same(runs["tp2"], got, atol=0.0, what="GPT-OSS TP=2xSP=2 vs TP=2")
@@ -173,7 +175,8 @@ def test_gpt_oss_tp_sp_equals_tp2(gpt_oss):
 
 def test_gpt_oss_shift(gpt_oss):
     """Shift at SP=2: prefill and mixed steps in SP (TP=1's products),
-    decodes in full TP=2.  Prompt logprobs come from SP steps; the decode
+    decodes in full TP=2, past the one KV head (the case that crashed on
+    GPUs under -tp 2 -sp 2 --shift-parallel).  Prompt logprobs come from SP steps; the decode
     is TP=2's, so the run is held to TP=2's distance from TP=1."""
     runs, go = gpt_oss
     got = go(sp=2, shift_parallel=True, shift_parallel_threshold=8)
