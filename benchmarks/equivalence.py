@@ -209,7 +209,7 @@ def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeou
     procs = {}
     for layout in layouts:
         out = outdir / f"{family}.{layout}.json"
-        if out.exists():
+        if out.exists() or out.with_suffix(".json.gz").exists():   # resumed from a results folder
             continue
         gpus = LAYOUTS[layout][3]
         env = dict(os.environ)
