@@ -85,6 +85,15 @@ FAMILIES: dict[str, dict] = {
         hidden_size=1152, intermediate_size=3072, num_hidden_layers=6, num_attention_heads=8,
         num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256, sliding_window=512,
         layer_types=["sliding_attention"] * 5 + ["full_attention"])),
+    # Llama 4 Scout (text): head_dim 128, QK norm, chunked local attention
+    # (8192 there, 512 here, so the long prompts cross chunks) with a NoPE
+    # global layer every fourth, MoE 16 experts top-1 with a shared expert.
+    "llama4": dict(cfg="Llama4TextConfig", cls="Llama4ForCausalLM", kw=dict(
+        hidden_size=1024, intermediate_size=1024, intermediate_size_mlp=2048,
+        num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4, head_dim=128,
+        num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1,
+        attention_chunk_size=512, no_rope_layers=[1, 1, 1, 0], use_qk_norm=True,
+        layer_types=["chunked_attention"] * 3 + ["full_attention"], rope_theta=500000.0)),
     # GLM-4.5-Air: head_dim 128, partial rotary 0.5, a dense first layer,
     # grouped top-k MoE with a shared expert.
     "glm4_moe": dict(cfg="Glm4MoeConfig", cls="Glm4MoeForCausalLM", kw=dict(
@@ -99,6 +108,13 @@ LAYOUTS = {"tp1": (1, 1, False, 1), "tp2": (2, 1, False, 2), "sp2": (1, 2, False
            "shift": (1, 2, True, 2), "tp4": (4, 1, False, 4), "tp2sp2": (2, 2, False, 4),
            "tp2sp2_shift": (2, 2, True, 4)}
 BOUNDS = ("tp2", "tp4")
+# LAYOUT+SPEC: speculative decoding in that layout (CUDA graphs with the
+# drafter), judged by its acceptance rate against TP=1's with the same
+# drafter (within 5 points).  Repetitive prompts give n-gram lookup something
+# to find; the target as its own draft model should accept nearly every draft.
+SPECS = {"ngram": dict(method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
+                       prompt_lookup_min=2),
+         "draft": dict(method="draft_model", num_speculative_tokens=3)}
 PROMPT_LENGTHS = (17, 300, 1500, 3000)
 MAX_BATCHED = 1024          # the 1500- and 3000-token prompts prefill in chunks
 GEN = 16
@@ -130,11 +146,13 @@ def make_ckpt(family: str, out: Path, seed: int = 0) -> None:
     tmp.rename(out)
 
 
-def prompts(seed: int = 1) -> list[list[int]]:
+def prompts(seed: int = 1, spec: str | None = None) -> list[list[int]]:
     import random
 
     rng = random.Random(seed)
     out = [[rng.randrange(3, VOCAB) for _ in range(n)] for n in PROMPT_LENGTHS]
+    if spec:
+        out += [[rng.randrange(3, VOCAB) for _ in range(k)] * (600 // k) for k in (3, 4, 5, 7)]
     out.append(out[-1][:2500] + [rng.randrange(3, VOCAB) for _ in range(100)])  # a shared prefix
     return out
 
@@ -142,7 +160,8 @@ def prompts(seed: int = 1) -> list[list[int]]:
 def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
     from vllm import LLM, SamplingParams
 
-    tp, sp, shift, _ = LAYOUTS[layout]
+    base, _, spec = layout.partition("+")
+    tp, sp, shift, _ = LAYOUTS[base]
     kwargs = dict(model=str(ckpt), skip_tokenizer_init=True, tensor_parallel_size=tp,
                   max_model_len=4096, max_num_batched_tokens=MAX_BATCHED, seed=0,
                   gpu_memory_utilization=float(os.environ.get("EQ_GPU_UTIL", "0.15")),
@@ -153,16 +172,22 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
         kwargs["shift_parallel"] = True
     if FAMILIES[family].get("eager"):
         kwargs["enforce_eager"] = True
+    if spec:
+        kwargs["speculative_config"] = dict(SPECS[spec])
+        kwargs["disable_log_stats"] = False      # the draft and accept counters
+        if spec == "draft":
+            kwargs["speculative_config"]["model"] = str(ckpt)
     t0 = time.time()
     llm = LLM(**kwargs)
     start_s = time.time() - t0
     cfg = llm.llm_engine.vllm_config
     pass_cfg = cfg.compilation_config.pass_config
-    ps = prompts()
+    ps = prompts(spec=spec or None)
     inputs = [{"prompt_token_ids": p} for p in ps]
-    first = SamplingParams(max_tokens=GEN, temperature=0.0, prompt_logprobs=0, logprobs=0,
+    gen = GEN * 4 if spec else GEN        # enough drafts to judge a rate by
+    first = SamplingParams(max_tokens=gen, temperature=0.0, prompt_logprobs=0, logprobs=0,
                            detokenize=False)
-    again = SamplingParams(max_tokens=GEN, temperature=0.0, logprobs=0, detokenize=False)
+    again = SamplingParams(max_tokens=gen, temperature=0.0, logprobs=0, detokenize=False)
     t0 = time.time()
     r1 = llm.generate(inputs, first, use_tqdm=False)
     r2 = llm.generate(inputs, again, use_tqdm=False)
@@ -180,8 +205,11 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
                                 zip(a.outputs[0].logprobs, a.outputs[0].token_ids)],
                      "tokens_cached": list(b.outputs[0].token_ids),
                      "cached_tokens": b.num_cached_tokens})
+    names = {"vllm:spec_decode_num_draft_tokens": "drafted",
+             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    counts = {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
     out.write_text(json.dumps({
-        "family": family, "layout": layout, "tp": tp, "sp": sp, "shift": shift,
+        "family": family, "layout": layout, "spec": counts, "tp": tp, "sp": sp, "shift": shift,
         "start_s": round(start_s, 1), "run_s": round(run_s, 2),
         "enforce_eager": cfg.model_config.enforce_eager,
         "cudagraph_mode": str(cfg.compilation_config.cudagraph_mode),
@@ -211,7 +239,7 @@ def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeou
         out = outdir / f"{family}.{layout}.json"
         if out.exists() or out.with_suffix(".json.gz").exists():   # resumed from a results folder
             continue
-        gpus = LAYOUTS[layout][3]
+        gpus = LAYOUTS[layout.partition("+")[0]][3]
         env = dict(os.environ)
         if gpus == 1:      # TP=1 beside the others, on the last GPU
             env["CUDA_VISIBLE_DEVICES"] = str(_gpu_count() - 1)
@@ -261,12 +289,31 @@ def _distance(a: dict, ref: dict) -> dict:
             "cached_tokens": sum(r["cached_tokens"] or 0 for r in a["rows"])}
 
 
+def _rate(r: dict) -> float:
+    s = r.get("spec") or {}
+    return s.get("accepted", 0) / s["drafted"] if s.get("drafted") else float("nan")
+
+
+def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | None) -> bool:
+    """A drafter's acceptance within 5 points of TP=1's with the same drafter."""
+    nan = any(x is not None and not math.isfinite(x) for row in r["rows"] for x in row["prompt_lp"])
+    if ref is None or name.startswith("tp1+"):
+        lines.append(f"| {family} | {name} | acceptance {_rate(r):.3f} ({r['spec']}) | (reference) "
+                     f"| | | | | {r['fuse_allreduce_rms']} | {r['start_s']} | |")
+        return not nan
+    ok = not nan and abs(_rate(r) - _rate(ref)) <= 0.05
+    lines.append(f"| {family} | {name} | acceptance {_rate(r):.3f} vs TP=1's {_rate(ref):.3f} "
+                 f"| ≤ 5 points | | | | | {r['fuse_allreduce_rms']} | {r['start_s']} "
+                 f"| {'pass' if ok else '**FAIL**'} |")
+    return ok
+
+
 def report(outdir: Path, md: Path | None) -> int:
     runs: dict[str, dict[str, dict]] = {}
     for f in sorted([*outdir.glob("*.json"), *outdir.glob("*.json.gz")]):
         r = json.loads(gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_text())
         runs.setdefault(r["family"], {})[r["layout"]] = r
-    failed = {f.name.rsplit(".", 2)[0]: f.read_text().splitlines()[0]
+    failed = {f.name.rsplit(".", 1)[0]: f.read_text().splitlines()[0]
               for f in outdir.glob("*.failed")}
     lines = ["| family | layout | mean \\|Δ logprob\\| vs TP=1 | bound (1.5 × max TP=2/TP=4) "
              "| max | greedy = TP=1 | 2nd round = 1st | prefix-cache tokens | fused AR+norm "
@@ -276,7 +323,7 @@ def report(outdir: Path, md: Path | None) -> int:
     for family in FAMILIES:
         lay = runs.get(family, {})
         names = sorted({*lay, *(k.split(".", 1)[1] for k in failed if k.startswith(family + "."))},
-                       key=list(LAYOUTS).index)
+                       key=_order)
         ref = lay.get("tp1")
         bound_src = [_distance(lay[b], ref)["mean"] for b in BOUNDS if b in lay and ref]
         bound = 1.5 * max(bound_src) if bound_src else float("nan")
@@ -287,6 +334,10 @@ def report(outdir: Path, md: Path | None) -> int:
                              f"**FAIL**: {failed[f'{family}.{name}']} |")
                 continue
             r = lay[name]
+            if "+" in name:
+                spec_ref = lay.get("tp1+" + name.partition("+")[2])
+                bad += not _spec_row(lines, family, name, r, spec_ref)
+                continue
             if name == "tp1" or ref is None:
                 lines.append(f"| {family} | {name} | (reference) | | | | "
                              f"{sum(x['tokens_cached'] == x['tokens'] for x in r['rows'])}/"
@@ -310,6 +361,19 @@ def report(outdir: Path, md: Path | None) -> int:
     return 1 if bad else 0
 
 
+def _layout(name: str) -> str:
+    base, plus, spec = name.partition("+")
+    if base not in LAYOUTS or (plus and spec not in SPECS):
+        raise argparse.ArgumentTypeError(
+            f"{name}: a layout of {', '.join(LAYOUTS)}, optionally +{' or +'.join(SPECS)}")
+    return name
+
+
+def _order(name: str) -> tuple:
+    base, _, spec = name.partition("+")
+    return (spec, list(LAYOUTS).index(base))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -320,13 +384,13 @@ def main() -> None:
     e = sub.add_parser("engine")
     e.add_argument("family", choices=FAMILIES)
     e.add_argument("dir", type=Path)
-    e.add_argument("layout", choices=LAYOUTS)
+    e.add_argument("layout", type=_layout)
     e.add_argument("out", type=Path)
     f = sub.add_parser("family")
     f.add_argument("family", choices=FAMILIES)
     f.add_argument("dir", type=Path)
     f.add_argument("outdir", type=Path)
-    f.add_argument("layouts", nargs="+", choices=LAYOUTS)
+    f.add_argument("layouts", nargs="+", type=_layout)
     f.add_argument("--timeout", type=int, default=600)
     r = sub.add_parser("report")
     r.add_argument("outdir", type=Path)

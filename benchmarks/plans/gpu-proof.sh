@@ -9,9 +9,15 @@
 layouts=(tp1 tp2 sp2 shift)
 (( $(nvidia-smi -L | wc -l) >= 4 )) && layouts+=(tp4 tp2sp2 tp2sp2_shift)
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
-for fam in llama gpt_oss qwen3_next qwen3_moe gemma3 glm4_moe; do
+for fam in llama gpt_oss qwen3_next qwen3_moe gemma3 glm4_moe llama4; do
   step "eq_$fam" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
     "$CKPT_DIR/$fam" "$res/equiv" "${layouts[@]}" --timeout 600
 done
+# Speculative decoding with graphs, under Shift at the largest layout lent,
+# against TP=1 with the same drafter (n-gram; the target as its own draft model).
+shift_layout=shift; (( $(nvidia-smi -L | wc -l) >= 4 )) && shift_layout=tp2sp2_shift
+step eq_llama_spec env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
+  "$CKPT_DIR/llama" "$res/equiv" tp1+ngram "$shift_layout+ngram" tp1+draft "$shift_layout+draft" \
+  --timeout 600
 step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
