@@ -77,6 +77,10 @@ LAYOUTS = {
     "dp2_tp2": ("official", 4, ["-dp", "2", "-tp", "2"]),
     "tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2"]),
     "shift_tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2", "--shift-parallel"]),
+    # SP=4 and its Shift (<-> TP=4): each GPU holds the whole model (70B FP8: ~68 GiB), so
+    # with shift's full-TP copy beside it only an H200 has room for a KV cache
+    "sp4": ("ours", 4, ["-sp", "4"]),
+    "shift_sp4": ("ours", 4, ["-sp", "4", "--shift-parallel"]),
     # A question for the SP speed work: a 1k prefill is launch-bound and runs
     # ungraphed (vLLM captures up to 512 tokens), yet an SP rank does only
     # 1/SP of a step's tokens -- does capturing up to 1024 give SP the 1k TTFT?
@@ -111,19 +115,27 @@ LAYOUTS.update({
                                            "--enable-shift-parallel"]),
 })
 # FP8 rows: weights quantized online from the dummy bf16 ones (`_fp8`), and the KV cache in
-# FP8 as well (`_fp8kv`).  tp1_fp8* are the one-H200 dry run of the 70B FP8 shape.
+# FP8 as well (`_fp8kv`).  tp1_fp8* are the one-H200 dry run of the 70B FP8 shape; the 4-GPU
+# ones are plans/four-gpu.sh's matrix (issue 34).
 for _n in ("tp1", "tp8", "dp4_tp2", "tp2_sp4", "sp8", "shift_tp2_sp4", "arctic_tp2_sp4",
-           "arctic_shift_tp2_sp4"):
+           "arctic_shift_tp2_sp4",
+           "tp4", "dp2_tp2", "tp2_sp2", "shift_tp2_sp2", "sp4", "shift_sp4", "arctic_tp2_sp2",
+           "arctic_shift_tp2_sp2"):
     _install, _gpus, _args = LAYOUTS[_n]
     LAYOUTS[f"{_n}_fp8"] = (_install, _gpus, [*_args, "--quantization", "fp8"])
     LAYOUTS[f"{_n}_fp8kv"] = (_install, _gpus, [*_args, "--quantization", "fp8",
                                                  "--kv-cache-dtype", "fp8"])
 # our layout -> the peer's same layout (the ratio the issue asks for: at least as good)
-PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift", "tp2_sp2": "arctic_tp2_sp2",
-        "shift_tp2_sp2": "arctic_shift_tp2_sp2",
+PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift",
         **{f"{a}{q}": f"{b}{q}" for q in ("", "_fp8", "_fp8kv")
-           for a, b in (("tp2_sp4", "arctic_tp2_sp4"),
+           for a, b in (("tp2_sp2", "arctic_tp2_sp2"), ("shift_tp2_sp2", "arctic_shift_tp2_sp2"),
+                        ("tp2_sp4", "arctic_tp2_sp4"),
                         ("shift_tp2_sp4", "arctic_shift_tp2_sp4"))}}
+# Upstream references of a layout by its GPU count (the paper's TP=8 and DP rows, scaled), and
+# shift's own layout without shift (which it must not lose to on long prompts).
+UPSTREAM = {1: ("tp1", ""), 2: ("tp2", "dp2"), 4: ("tp4", "dp2_tp2"), 8: ("tp8", "dp4_tp2")}
+NO_SHIFT = {"shift": "sp2", "shift_tp2_sp2": "tp2_sp2", "shift_sp4": "sp4",
+            "shift_tp2_sp4": "tp2_sp4"}
 # Published figures the 8-GPU rows are read against (not measured here).  The Shift paper,
 # 8xH200, Llama-70B FP8, 4k in / 250 out; its bursty trace is its own (ours: BURSTS["burst"]).
 # "tok/s" as the paper states it.  The seeds (8xH100, Llama-70B FP8): TP=2xSP=4 has 3.71x
@@ -159,6 +171,9 @@ WORKLOADS.update({
     "lat4k": ["--random-input-len", "4000", "--random-output-len", "250", "--num-prompts", "6",
               "--max-concurrency", "1"],
     "sat4k": ["--random-input-len", "4000", "--random-output-len", "250", "--num-prompts", "1000"],
+    # 4 GPUs: the paper's load per GPU (1000 at once on 8), half of sat4k's time
+    "sat4k_500": ["--random-input-len", "4000", "--random-output-len", "250",
+                  "--num-prompts", "500"],
     "lat128k": ["--random-input-len", "130000", "--random-output-len", "64", "--num-prompts", "2",
                 "--max-concurrency", "1"],
     # the one-H200 dry run: the same 4k/250 saturation, small enough for one GPU and a 70B
@@ -194,10 +209,20 @@ SPECIAL_WORKLOADS = {"ctx": "context sweep: HTTP 400 past --max-model-len, healt
                      **{b: "bursty arrivals, TTFT/TPOT per phase" for b in BURSTS}}
 MAX_MODEL_LEN = {False: 34000, True: 4096}          # GPU shapes, the tiny dry run
 MAX_LEN_ARG: list[int] = []                         # run.py --max-model-len, when given
+TAG: list[str] = []                                 # run.py --tag, when given
+# run.py --dry-run (or BENCH_DRY_RUN=1, how `session.sh dry` asks every run.py of a plan): print
+# the servers and clients a `layout` would start, start nothing
+DRY: list[bool] = [os.environ.get("BENCH_DRY_RUN") == "1"]
 
 
 def max_model_len(shape: str) -> int:
     return MAX_LEN_ARG[0] if MAX_LEN_ARG else MAX_MODEL_LEN[shape == "tiny"]
+
+
+def set_dir(shape: str) -> Path:
+    """A result set: $BENCH_DIR/res/<shape>, or <shape>-<tag> with --tag.  A plan serves a
+    layout again under a tag to compare it with another layout on the same lease."""
+    return RES / (f"{shape}-{TAG[0]}" if TAG else shape)
 
 
 # ---------------------------------------------------------------- models
@@ -273,9 +298,9 @@ def env_for(layout: str, shape: str) -> dict[str, str]:
     return env
 
 
-def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
+def serve_cmd(layout: str, shape: str, model: Path, port: int | str,
+              extra: list[str]) -> list[str]:
     _, _, args = LAYOUTS[layout]
-    port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
            "--served-model-name", "m", "--port", str(port), "--host", "127.0.0.1",
            "--load-format", "dummy", "--seed", "0", *args, *extra]
@@ -289,6 +314,50 @@ def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
                 i = cmd.index(flag)
                 del cmd[i:i + 2]
                 print(f"{layout}: tiny shape: {flag} fp8 left out", flush=True)
+    return cmd
+
+
+def env_shown(layout: str, shape: str) -> str:
+    """The variables a layout's processes get beyond this one's environment, as `K=V ...`."""
+    env = env_for(layout, shape)
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items())
+                    if os.environ.get(k) != v and k != "PYTHONUNBUFFERED")
+
+
+# The peer's plugin says so on stderr when it applies its patches (arctic_inference/vllm/plugin.py).
+ARCTIC_ENABLED = "Arctic Inference plugin is enabled"
+_INSTALLS: dict[str, str] = {}
+
+
+def check_install(layout: str, shape: str) -> str:
+    """`version path` of the vLLM a layout's servers import (and the peer's version): ours from
+    $SITE_OURS; the official wheel and the peer from the image's own install, never ours.
+    Checked once per install and run.py process; kept in startup.json."""
+    install = LAYOUTS[layout][0]
+    if install not in _INSTALLS:
+        code = "import vllm; print(vllm.__version__, vllm.__file__)"
+        if install == "arctic":
+            code += ("; from importlib.metadata import version; "
+                     "print('arctic_inference', version('arctic_inference'))")
+        out = subprocess.run([sys.executable, "-c", code], env=env_for(layout, shape),
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode:
+            raise RuntimeError(f"{layout}: install {install!r} does not import:\n"
+                               + out.stderr[-2000:])
+        found = " ".join(out.stdout.split())
+        where = os.path.realpath(found.split()[1]) if len(found.split()) > 1 else ""
+        ours = os.path.realpath(SITES["ours"]) + os.sep
+        if shape != "tiny" and (install == "ours") != where.startswith(ours):
+            raise RuntimeError(f"{layout}: install {install!r} imports {found}; $SITE_OURS is "
+                               f"{SITES['ours']} (ours there, the official wheel and the peer "
+                               "never)")
+        _INSTALLS[install] = found
+    return _INSTALLS[install]
+
+
+def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
+    port = free_port()
+    cmd = serve_cmd(layout, shape, model, port, extra)
     with open(log, "w") as out:
         out.write(" ".join(cmd) + "\n")
         out.flush()
@@ -370,17 +439,33 @@ def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
     return means
 
 
-def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_dir: Path) -> None:
+def bench_args(workload: str, shape: str) -> list[str]:
     args = list(WORKLOADS[workload])
-    base = f"http://127.0.0.1:{port}"
     if shape == "tiny":      # keep the dry run small
         args = [str(min(int(a), 256)) if a.isdigit() else a for a in args]
+    return args
+
+
+def bench_cmd(model: Path, port: int | str, seed: int, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+            "--backend", "vllm", "--model", "m", "--tokenizer", str(model),
+            "--port", str(port), "--dataset-name", "random", "--ignore-eos",
+            "--seed", str(seed), "--num-warmups", "0", *extra]
+
+
+def measured(workload: str, out_dir: Path, args: list[str]) -> list[str]:
+    """`vllm bench serve` arguments of a workload's measured run (after its warm-up)."""
+    return ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+            "--save-result", "--save-detailed", "--result-dir", str(out_dir),
+            "--result-filename", f"{workload}.json", *args]
+
+
+def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_dir: Path) -> None:
+    args = bench_args(workload, shape)
+    base = f"http://127.0.0.1:{port}"
 
     def cmd(seed: int, extra: list[str]) -> list[str]:
-        return [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-                "--backend", "vllm", "--model", "m", "--tokenizer", str(model),
-                "--port", str(port), "--dataset-name", "random", "--ignore-eos",
-                "--seed", str(seed), "--num-warmups", "0", *extra]
+        return bench_cmd(model, port, seed, extra)
     # Warm up with one prompt of another seed, not `vllm bench`'s own warm-up:
     # that one repeats the first measured prompt, which then hits the prefix
     # cache (one request in every latency workload was a cache hit), and it
@@ -392,10 +477,7 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
         subprocess.run(cmd(1, warm), stdout=out, stderr=subprocess.STDOUT,
                        env=env_for(layout, shape), timeout=900)
         before = server_times(base)
-        rc = subprocess.run(cmd(0, ["--percentile-metrics", "ttft,tpot,itl,e2el",
-                                    "--metric-percentiles", "50,90,99", "--save-result",
-                                    "--save-detailed", "--result-dir", str(out_dir),
-                                    "--result-filename", f"{workload}.json", *args]),
+        rc = subprocess.run(cmd(0, measured(workload, out_dir, args)),
                             stdout=out, stderr=subprocess.STDOUT,
                             env=env_for(layout, shape), timeout=900).returncode
     result = out_dir / f"{workload}.json"
@@ -626,18 +708,88 @@ def soak(shape: str, out_dir: Path, base: str) -> None:
         raise RuntimeError(f"soak: {summary['problems']}")
 
 
+LEASE_FILE = Path(os.environ.get("BENCH_LEASE_FILE", "/tmp/bench-lease.json"))
+
+
+def lease() -> dict:
+    """This machine lease: an id made once per host (a fresh host starts with an empty /tmp, so
+    a new lease gets a new id, also when a run resumes from an earlier lease's results) and its
+    GPUs as nvidia-smi names them.  Every result carries it: a ratio compares rows of one lease
+    (the host keeps nothing between leases, and the card may differ)."""
+    if LEASE_FILE.exists():
+        return json.loads(LEASE_FILE.read_text())
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    gpus = [line.strip() for line in out.splitlines() if line.strip()]
+    names = "/".join(sorted({g.split(",")[0] for g in gpus}))
+    info = {"id": time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(2).hex(),
+            "card": f"{len(gpus)}x {names}" if gpus else "no GPU", "gpus": gpus,
+            "host": socket.gethostname()}
+    tmp = LEASE_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, LEASE_FILE)
+    return info
+
+
+def stamp(result: Path, info: dict) -> None:
+    """Put the lease's id and card into a finished workload's JSON."""
+    if result.exists():
+        r = json.loads(result.read_text())
+        r.update(lease=info["id"], card=info["card"])
+        result.write_text(json.dumps(r))
+
+
+def dry_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) -> None:
+    """What run_layout would start for a layout, printed: the server, then each workload not
+    done yet (a result set resumed from an earlier run skips what it holds)."""
+    model = BENCH / "models" / shape
+    out_dir = set_dir(shape) / layout
+    done = [w for w in workloads if (out_dir / f"{w}.json").exists()]
+    todo = [w for w in workloads if w not in done]
+    install, gpus, _ = LAYOUTS[layout]
+    print(f"[dry] {layout} ({install}, {gpus} GPU{'s' * (gpus > 1)}) -> {out_dir}"
+          + (f"; done already: {','.join(done)}" if done else ""))
+    if not todo:
+        return
+    if not (model / "config.json").exists():
+        print(f"[dry]   (no model at {model} yet: the plan's `model` step writes it)")
+    print(f"[dry]   serve: {env_shown(layout, shape)} "
+          + " ".join(serve_cmd(layout, shape, model, "PORT", extra)))
+    if install == "arctic":
+        print(f"[dry]   check: the server log says {ARCTIC_ENABLED!r}")
+    for w in todo:
+        if w in WORKLOADS:
+            print(f"[dry]   {w}: " + " ".join(bench_cmd(model, "PORT", 0, measured(
+                w, out_dir, bench_args(w, shape)))))
+        elif w in BURSTS:
+            isl, osl, arrivals = burst_schedule(w, shape)
+            print(f"[dry]   {w}: run.py's replay, {len(arrivals)} requests of {isl} in / {osl} "
+                  f"out over {arrivals[-1][1]:.0f} s")
+        else:
+            print(f"[dry]   {w}: run.py's own ({SPECIAL_WORKLOADS[w]})")
+
+
 def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) -> None:
+    if DRY[0]:
+        dry_layout(layout, shape, workloads, extra)
+        return
     model = BENCH / "models" / shape
     if not (model / "config.json").exists():
         # Each server would start and die on the missing path: say it once.
         raise SystemExit(f"run.py: no model at {model}: run `run.py setup --shape {shape}` "
                          f"first (a plan's `model` step)")
-    out_dir = RES / shape / layout
+    out_dir = set_dir(shape) / layout
     out_dir.mkdir(parents=True, exist_ok=True)
     todo = [w for w in workloads if not (out_dir / f"{w}.json").exists()]
     if not todo:
         print(f"{layout}: done already", flush=True)
         return
+    info = lease()
+    installed = check_install(layout, shape)
     # A layout served again for more workloads keeps each server's log.
     runs = json.loads((out_dir / "startup.json").read_text()).get("runs", []) \
         if (out_dir / "startup.json").exists() else []
@@ -645,11 +797,18 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     t0 = time.time()
     proc, port, base = serve(layout, shape, model, log, extra)
     started = time.time() - t0
-    runs.append({"seconds": started, "log": log.name, "workloads": todo})
+    runs.append({"seconds": started, "log": log.name, "workloads": todo, "lease": info["id"],
+                 "card": info["card"], "vllm": installed})
     (out_dir / "startup.json").write_text(json.dumps({"seconds": started, "runs": runs}))
-    print(f"{layout}: server up in {started:.0f} s", flush=True)
+    print(f"{layout}: server up in {started:.0f} s ({installed}; lease {info['id']}, "
+          f"{info['card']})", flush=True)
     failed = []
     try:
+        # The peer's rows must run its patches, the others must not (tiny: no plugin at all).
+        plugin = ARCTIC_ENABLED in log.read_text(errors="replace")
+        if shape != "tiny" and plugin != (LAYOUTS[layout][0] == "arctic"):
+            raise RuntimeError(f"{layout}: the server log {'says' if plugin else 'lacks'} "
+                               f"{ARCTIC_ENABLED!r}")
         for w in todo:      # one workload failing does not stop the others
             t1 = time.time()
             try:
@@ -661,6 +820,7 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
                     burst_trace(w, shape, base, out_dir)
                 else:
                     bench(layout, w, shape, model, port, out_dir)
+                stamp(out_dir / f"{w}.json", info)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"!! {e}", flush=True)
                 failed.append(w)
@@ -678,6 +838,20 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
         copy_out()
 
 
+def one_lease(shape: str, layouts: list[str], workloads: list[str]) -> bool:
+    """Print each layout's lease per workload; True when all are done and on one lease."""
+    seen = set()
+    for layout in layouts:
+        ids = []
+        for w in workloads:
+            f = set_dir(shape) / layout / f"{w}.json"
+            ids.append(json.loads(f.read_text()).get("lease", "unstamped") if f.exists()
+                       else "missing")
+        print(f"{layout}: " + ", ".join(f"{w} {i}" for w, i in zip(workloads, ids)))
+        seen.update(ids)
+    return len(seen) == 1 and not seen & {"missing", "unstamped"}
+
+
 def copy_out() -> None:
     """Results so far as one archive in $OUT: the device tool returns only
     shallow folders (a copied tree came back empty), and a call cut short
@@ -693,7 +867,7 @@ def copy_out() -> None:
 
 def load(shape: str) -> dict[str, dict[str, dict]]:
     res: dict[str, dict[str, dict]] = {}
-    for f in sorted((RES / shape).glob("*/*.json")):
+    for f in sorted((set_dir(shape)).glob("*/*.json")):
         if f.stem in ("startup",):
             continue
         res.setdefault(f.parent.name, {})[f.stem] = json.loads(f.read_text())
@@ -705,9 +879,28 @@ def table(intro: str, cells: list[str]) -> list[str]:
     return ["", intro, "", "| " + " | ".join(cells) + " |", "|" + " --- |" * len(cells)]
 
 
+def leases_section(shape: str) -> list[str]:
+    """Which machine lease (and card) served each layout of the set: ratios compare rows of
+    one lease."""
+    rows: dict[str, list[str]] = {}
+    cards: dict[str, str] = {}
+    for f in sorted(set_dir(shape).glob("*/startup.json")):
+        for run in json.loads(f.read_text()).get("runs", []):
+            lid = run.get("lease", "no lease recorded")
+            cards[lid] = run.get("card", "—")
+            rows.setdefault(lid, []).append(f"{f.parent.name} ({','.join(run['workloads'])})")
+    if not rows:
+        return []
+    out = table("Machine leases (a lease is one host, held once; the host keeps nothing "
+                "between leases, and the card may differ):", ["lease", "card", "served"])
+    for lid, served in rows.items():
+        out.append(f"| {lid} | {cards[lid]} | {'; '.join(served)} |")
+    return out
+
+
 def report(shape: str) -> str:
     res = load(shape)
-    lines = [f"## {shape}: layouts x workloads", "",
+    lines = [f"## {set_dir(shape).name}: layouts x workloads", "",
              "| layout | TTFT 1k (ms) | TTFT 8k | TTFT 32k | TPOT 1 user (ms) | e2e 8k (s) "
              "| 128 users: output tok/s | 128 users: TPOT p50 "
              "| sat. output tok/s | sat. total tok/s | sat. TPOT p50 |",
@@ -731,15 +924,18 @@ def report(shape: str) -> str:
                      f"{g(layout, 'sat', 'total_token_throughput')} | "
                      f"{g(layout, 'sat', 'median_tpot_ms', fmt='{:.1f}')} |")
     # Shift is also measured against SP=2 (which it must not lose to on long prompts),
-    # and each of our layouts against the peer's same layout.
+    # and each of our layouts against the peer's same layout.  The rows of the 2000/250
+    # workloads only (the paper's setting has its own ratios below).
     refs = [r for r in ("tp1", "tp2", "dp2", "tp4") if r in res]
 
     def refs_of(layout):
+        if not any(w in res[layout] for w in ("lat1k", "mid", "sat")):
+            return []
         own = [PEER[layout]] if layout in PEER else []
-        if layout == "shift_tp2_sp2":
-            own.append("tp2_sp2")
-        elif layout.startswith("shift"):
-            own.append("sp2")
+        if layout in NO_SHIFT:
+            own.append(NO_SHIFT[layout])
+        elif layout.startswith("shift") and LAYOUTS.get(layout, ("", 0))[1] == 2:
+            own.append("sp2")               # the threshold sweep's and graph rows' SP=2
         return [r for r in refs + own if r in res and r != layout]
     if any(refs_of(layout) for layout in res):
         lines += table("Ratios (TTFT and TPOT: reference / layout, higher is faster; throughput: "
@@ -747,17 +943,14 @@ def report(shape: str) -> str:
                        ["layout", "vs", "TTFT 8k", "TTFT 32k", "TPOT 1 user", "sat. output tok/s"])
         for layout in res:
             for ref in refs_of(layout):
-
-                def ratio(w, key, inverse):
-                    a = res[layout].get(w, {}).get(key)
-                    b = res[ref].get(w, {}).get(key)
-                    if not a or not b:
-                        return "—"
-                    return f"{(b / a if inverse else a / b):.3f}×"
-                lines.append(f"| {layout} | {ref} | {ratio('lat8k', 'median_ttft_ms', True)} | "
-                             f"{ratio('lat32k', 'median_ttft_ms', True)} | "
-                             f"{ratio('lat1k', 'median_tpot_ms', True)} | "
-                             f"{ratio('sat', 'output_throughput', False)} |")
+                cells = [ratio_cell(res, layout, ref, (w,), key, inverse, "{:.3f}")
+                         for w, key, inverse in (("lat8k", "median_ttft_ms", True),
+                                                 ("lat32k", "median_ttft_ms", True),
+                                                 ("lat1k", "median_tpot_ms", True),
+                                                 ("sat", "output_throughput", False))]
+                lines.append(f"| {layout} | {ref} | " + " | ".join(cells) + " |")
+        if any("†" in line for line in lines):
+            lines += ["", CROSS_LEASE]
     sweep = sweep_points(res, shape)
     if sweep:
         lines += table("Shift threshold sweep (`shift` runs at the default threshold of its "
@@ -857,8 +1050,9 @@ def report(shape: str) -> str:
                          f"{len(r['errors'])} | {r['hung']} | {len(r['short'])} | "
                          f"{r['output_tokens']} | {tuple(r['left_running_waiting_kv'])} | "
                          f"{mem.get('before')} → {mem.get('after')} |")
+    lines += leases_section(shape)
     text = "\n".join(lines) + "\n"
-    (RES / shape / "report.md").write_text(text)
+    (set_dir(shape) / "report.md").write_text(text)
     plot(shape, res)
     return text
 
@@ -868,26 +1062,66 @@ def first_of(r: dict, *workloads: str) -> tuple[str, dict]:
     return next(((w, r[w]) for w in workloads if w in r), ("", {}))
 
 
+SATS = ("sat4k", "sat4k_500", "sat4k_small")          # the 4k/250 saturation workloads
+CROSS_LEASE = ("† the two rows come from different machine leases (or one carries no lease): "
+               "not a ratio of one lease; serve them again side by side (`run.py --tag`).")
+
+
+def ratio_cell(res: dict, n: str, ref: str, workloads: tuple[str, ...], key: str,
+               inverse: bool, fmt: str = "{:.2f}") -> str:
+    """ref / n (inverse: latencies) or n / ref of the first workload both rows have, marked †
+    when the two results come from different machine leases."""
+    w = next((w for w in workloads if w in res[n] and w in res[ref]), None)
+    a = res[n].get(w, {}).get(key) if w else None
+    b = res[ref].get(w, {}).get(key) if w else None
+    if not a or not b:
+        return "—"
+    mark = "" if res[n][w].get("lease") == res[ref][w].get("lease") else "†"
+    return fmt.format(b / a if inverse else a / b) + f"×{mark}"
+
+
+def card_of(r: dict) -> str:
+    """The card(s) a layout's results were measured on (their leases' nvidia-smi names)."""
+    cards = sorted({x["card"] for x in r.values() if isinstance(x, dict) and x.get("card")})
+    return ", ".join(cards) or "—"
+
+
+def paper_refs(res: dict, n: str) -> list[str]:
+    """What a layout of the paper's setting is compared to: TP and DP on as many GPUs (the DP
+    row holds the pair with TP), the peer's same layout, shift's own layout without shift."""
+    q = next((q for q in ("_fp8kv", "_fp8") if n.endswith(q)), "")
+    base = n[:len(n) - len(q)] if q else n
+    tp, dp = UPSTREAM.get(LAYOUTS[n][1], ("", ""))
+    if not tp or base == dp:
+        return []
+    # at 8 GPUs dp4_tp2 is also the seeds' TP=2 for one user (one replica serves one request)
+    own = [f"{tp}{q}", f"{dp}{q}" if dp else "", PEER.get(n, ""),
+           f"{NO_SHIFT[base]}{q}" if base in NO_SHIFT else ""]
+    return [r for r in own if r and r in res and r != n]
+
+
 def paper_sections(res: dict) -> list[str]:
     """The Shift paper's setting (4k in / 250 out at one user and at saturation, long
     prompts, the bursty trace): one row per layout, the paper's own rows beside them, ratios
-    against TP=8, DP=4xTP=2 and the peer's same layout, and the trace per phase."""
+    against TP and DP on as many GPUs, the peer's same layout and shift's layout without
+    shift, and the trace per phase."""
     rows = [n for n in LAYOUTS if any(w in res.get(n, {}) for w in
-                                      ("lat4k", "sat4k", "sat4k_small", "lat128k", *BURSTS))]
+                                      ("lat4k", *SATS, "lat128k", *BURSTS))]
     if not rows:
         return []
 
     def v(n, w, key, fmt="{:.0f}"):
         x = res[n].get(w, {}).get(key)
         return "—" if x is None else fmt.format(x)
-    out = table("The Shift paper's setting (4k in / 250 out; sat4k: 1000 at once, sat4k_small: "
-                "64; the bursty trace over all its requests; the paper's rows are its published "
-                "figures, 8xH200 FP8, not measured here):",
+    out = table("The Shift paper's setting (4k in / 250 out; at once: sat4k 1000, sat4k_500 500 "
+                "(the paper's load per GPU on 4), sat4k_small 64; the bursty trace over all its "
+                "requests; the paper's rows are its published figures, 8xH200 FP8, not measured "
+                "here):",
                 ["layout", "TTFT 4k 1 user (ms)", "TPOT 4k 1 user (ms)", "sat. total tok/s",
                  "sat. output tok/s", "sat. TPOT p50 (ms)", "TTFT 8k", "TTFT 32k", "TTFT 128k",
-                 "bursty: trace", "TTFT p50 / p99", "TPOT p50 / p99"])
+                 "bursty: trace", "TTFT p50 / p99", "TPOT p50 / p99", "card"])
     for n in rows:
-        sat, _ = first_of(res[n], "sat4k", "sat4k_small")
+        sat, _ = first_of(res[n], *SATS)
         b, _ = first_of(res[n], *BURSTS)
         out.append(f"| {n} | {v(n, 'lat4k', 'median_ttft_ms')} | "
                    f"{v(n, 'lat4k', 'median_tpot_ms', '{:.2f}')} | "
@@ -895,44 +1129,35 @@ def paper_sections(res: dict) -> list[str]:
                    f"{v(n, sat, 'median_tpot_ms', '{:.1f}')} | {v(n, 'lat8k', 'median_ttft_ms')} | "
                    f"{v(n, 'lat32k', 'median_ttft_ms')} | {v(n, 'lat128k', 'median_ttft_ms')} | "
                    f"{b or '—'} | {v(n, b, 'median_ttft_ms')} / {v(n, b, 'p99_ttft_ms')} | "
-                   f"{v(n, b, 'median_tpot_ms', '{:.1f}')} / {v(n, b, 'p99_tpot_ms', '{:.1f}')} |")
+                   f"{v(n, b, 'median_tpot_ms', '{:.1f}')} / {v(n, b, 'p99_tpot_ms', '{:.1f}')} | "
+                   f"{card_of(res[n])} |")
     for name, p in PAPER.items():
         out.append(f"| *paper: {name}* | {p['ttft']} | {p['tpot']} | {p['tput']} (tok/s) | | | "
-                   f"| | | paper's | {p['burst_ttft']} / | {p['burst_tpot']} / |")
-
-    def refs_of(n):
-        q = next((q for q in ("_fp8kv", "_fp8") if n.endswith(q)), "")
-        base = n[:len(n) - len(q)] if q else n
-        if base == "dp4_tp2":           # tp8's row holds the pair
-            return []
-        # dp4_tp2 is also the seeds' TP=2 for one user (one replica serves one request)
-        own = [f"tp8{q}", f"dp4_tp2{q}", PEER.get(n, "")]
-        if base == "shift_tp2_sp4":
-            own.append(f"tp2_sp4{q}")
-        return [r for r in own if r and r in res and r != n]
-    pairs = [(n, r) for n in rows for r in refs_of(n)]
-    cols = [("lat4k", "median_ttft_ms", True), ("lat4k", "median_tpot_ms", True),
-            ("sat4k", "total_token_throughput", False), ("lat32k", "median_ttft_ms", True),
-            ("lat128k", "median_ttft_ms", True), ("burst", "median_ttft_ms", True),
-            ("burst", "median_tpot_ms", True)]
-    head = ["layout", "vs", "TTFT 4k", "TPOT 4k", "sat. total tok/s", "TTFT 32k", "TTFT 128k",
-            "bursty TTFT p50", "bursty TPOT p50"]
+                   f"| | | paper's | {p['burst_ttft']} / | {p['burst_tpot']} / | 8xH200 |")
+    pairs = [(n, r) for n in rows for r in paper_refs(res, n)]
+    cols = [(("lat4k",), "median_ttft_ms", True), (("lat4k",), "median_tpot_ms", True),
+            (SATS, "output_throughput", False), (("lat8k",), "median_ttft_ms", True),
+            (("lat32k",), "median_ttft_ms", True), (("lat128k",), "median_ttft_ms", True),
+            (tuple(BURSTS), "median_ttft_ms", True), (tuple(BURSTS), "median_tpot_ms", True)]
+    head = ["layout", "vs", "TTFT 4k", "TPOT 4k", "sat. tok/s", "TTFT 8k", "TTFT 32k",
+            "TTFT 128k", "bursty TTFT p50", "bursty TPOT p50"]
     if pairs:
-        out += table("Ratios at 8 GPUs (TTFT and TPOT: reference / layout, higher is faster; "
-                     "throughput: layout / reference); the paper's own ratios below:", head)
+        out += table("Ratios against TP and DP on as many GPUs, the peer's same layout and "
+                     "shift's own layout without shift (TTFT and TPOT: reference / layout, "
+                     "higher is faster; throughput: layout / reference; saturation and bursty "
+                     "trace: the first workload both rows ran); the paper's own ratios (8 GPUs) "
+                     "below:", head)
         for n, r in pairs:
-            cells = []
-            for w, key, inverse in cols:
-                a, b = res[n].get(w, {}).get(key), res[r].get(w, {}).get(key)
-                cells.append("—" if not a or not b else f"{(b / a if inverse else a / b):.2f}×")
-            out.append(f"| {n} | {r} | " + " | ".join(cells) + " |")
+            out.append(f"| {n} | {r} | " + " | ".join(
+                ratio_cell(res, n, r, ws, key, inverse) for ws, key, inverse in cols) + " |")
         s, t, d = PAPER["shift"], PAPER["TP=8"], PAPER["DP"]
         for name, ref in (("TP=8", t), ("DP", d)):
             out.append(f"| *paper: shift* | *{name}* | {ref['ttft'] / s['ttft']:.2f}× | "
-                       f"{ref['tpot'] / s['tpot']:.2f}× | {s['tput'] / ref['tput']:.2f}× | | | "
+                       f"{ref['tpot'] / s['tpot']:.2f}× | {s['tput'] / ref['tput']:.2f}× | | | | "
                        f"{ref['burst_ttft'] / s['burst_ttft']:.2f}× | "
                        f"{ref['burst_tpot'] / s['burst_tpot']:.2f}× |")
-        out += ["", "The seeds (8xH100, Llama-70B FP8): "
+        out += (["", CROSS_LEASE] if any("†" in line for line in out) else []) + [
+                "", "The seeds (8xH100, Llama-70B FP8): "
                 + "; ".join(f"{k} {x:.2f}×" for k, x in SEEDS.items()) + "."]
     bursty = [(n, b) for n in rows for b in BURSTS if b in res[n]]
     if bursty:
@@ -972,7 +1197,7 @@ def sweep_points(res: dict, shape: str = "8b") -> list[tuple[int, str]]:
     server log (shift.py states it at startup), so old results keep their label."""
     pts = [(int(m.group(1)), n) for n in res if (m := re.fullmatch(r"shift_t(\d+)", n))]
     if "shift" in res:
-        log = RES / shape / "shift" / "server.log"
+        log = set_dir(shape) / "shift" / "server.log"
         found = re.search(r"Shift parallelism: threshold (\d+) tokens",
                           log.read_text(errors="replace")) if log.exists() else None
         n = int(found.group(1)) if found else DEFAULT_THRESHOLD
@@ -990,16 +1215,18 @@ def plot(shape: str, res: dict) -> None:
         return
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     names = [n for n in LAYOUTS if n in res]
-    for ax, (w, key, title) in zip(axes, [("lat8k", "median_ttft_ms", "TTFT 8k, 1 user (ms)"),
-                                           ("lat1k", "median_tpot_ms", "TPOT, 1 user (ms)"),
-                                           ("sat", "output_throughput",
-                                            "output tok/s at saturation")]):
-        vals = [res[n].get(w, {}).get(key, 0) or 0 for n in names]
+    # one user's TPOT from lat1k (2000/250 matrix) or lat4k (the paper's); saturation likewise
+    for ax, (ws, key, title) in zip(axes, [(("lat8k",), "median_ttft_ms", "TTFT 8k, 1 user (ms)"),
+                                            (("lat1k", "lat4k"), "median_tpot_ms",
+                                             "TPOT, 1 user (ms)"),
+                                            (("sat", *SATS), "output_throughput",
+                                             "output tok/s at saturation")]):
+        vals = [first_of(res[n], *ws)[1].get(key, 0) or 0 for n in names]
         ax.bar(names, vals)
         ax.set_title(title)
         ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
-    fig.savefig(RES / shape / "layouts.png", dpi=100)
+    fig.savefig(set_dir(shape) / "layouts.png", dpi=100)
     curves = [n for n in names if any(rate_of(w) for w in res[n])]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for n in curves:
@@ -1017,7 +1244,7 @@ def plot(shape: str, res: dict) -> None:
             ax.legend()
     fig.tight_layout()
     if curves:
-        fig.savefig(RES / shape / "latency_throughput.png", dpi=100)
+        fig.savefig(set_dir(shape) / "latency_throughput.png", dpi=100)
     plt.close("all")
     bursty = [(n, b) for n in names for b in BURSTS if b in res[n]]
     if bursty:
@@ -1040,7 +1267,7 @@ def plot(shape: str, res: dict) -> None:
             ax.set_yscale("log")
             ax.legend()
         fig.tight_layout()
-        fig.savefig(RES / shape / "burst_timeline.png", dpi=100)
+        fig.savefig(set_dir(shape) / "burst_timeline.png", dpi=100)
         plt.close("all")
     sweep = sweep_points(res, shape)
     if len(sweep) > 1:
@@ -1063,16 +1290,24 @@ def plot(shape: str, res: dict) -> None:
             ax.set_title(title)
             ax.legend()
         fig.tight_layout()
-        fig.savefig(RES / shape / "shift_threshold_sweep.png", dpi=100)
+        fig.savefig(set_dir(shape) / "shift_threshold_sweep.png", dpi=100)
 
 
 # ---------------------------------------------------------------- main
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["setup", "layout", "report", "probe"])
+    ap.add_argument("what", choices=["setup", "layout", "report", "leases", "probe"],
+                    help="leases: exit 0 when every named layout has every --workloads result "
+                    "and all come from one machine lease (a plan's test whether to serve them "
+                    "again side by side)")
     ap.add_argument("layouts", nargs="*")
     ap.add_argument("--shape", default="8b", choices=sorted(SHAPES))
+    ap.add_argument("--tag", help="result set $BENCH_DIR/res/<shape>-<tag> instead of <shape>: "
+                    "a layout served again on a later lease, beside the rows it is compared to")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the servers and clients `layout` would start (and what a resumed "
+                    "result set skips), start nothing; also BENCH_DRY_RUN=1")
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                     help=f"comma list of {sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
     ap.add_argument("--serve-args", default="", help="extra `vllm serve` arguments")
@@ -1084,19 +1319,28 @@ def main() -> None:
     a = ap.parse_args()
     if a.max_model_len:
         MAX_LEN_ARG.append(a.max_model_len)
-    if a.what == "probe":
-        probe(a.port, a.tokenizer, a.workloads, a.probe_out)
-    elif a.what == "setup":
-        print("model:", write_model(BENCH / "models" / a.shape, a.shape))
-    elif a.what == "layout":
+    if a.tag:
+        TAG.append(a.tag)
+    DRY[0] = DRY[0] or a.dry_run
+    if a.what in ("layout", "leases"):
         bad = [layout for layout in a.layouts if layout not in LAYOUTS]
         if bad or not a.layouts:
-            sys.exit(f"run.py: name layouts from {sorted(LAYOUTS)}")
+            sys.exit(f"run.py: unknown layouts {bad}: name them from {sorted(LAYOUTS)}")
         bad = [w for w in a.workloads.split(",")
                if w not in WORKLOADS and w not in SPECIAL_WORKLOADS]
         if bad:
             sys.exit(f"run.py: unknown workloads {bad}: name them from "
                      f"{sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
+    if a.what == "probe":
+        probe(a.port, a.tokenizer, a.workloads, a.probe_out)
+    elif a.what == "setup" and DRY[0]:
+        print(f"[dry] setup: config.json and tokenizer of the {a.shape} shape -> "
+              f"{BENCH / 'models' / a.shape}")
+    elif a.what == "setup":
+        print("model:", write_model(BENCH / "models" / a.shape, a.shape))
+    elif a.what == "leases":
+        sys.exit(0 if one_lease(a.shape, a.layouts, a.workloads.split(",")) else 1)
+    elif a.what == "layout":
         failed = []
         for layout in a.layouts:      # one layout failing does not stop the others
             try:
