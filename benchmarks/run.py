@@ -321,7 +321,8 @@ def env_shown(layout: str, shape: str) -> str:
     """The variables a layout's processes get beyond this one's environment, as `K=V ...`."""
     env = env_for(layout, shape)
     return " ".join(f"{k}={v}" for k, v in sorted(env.items())
-                    if os.environ.get(k) != v and k != "PYTHONUNBUFFERED")
+                    if (os.environ.get(k) != v and k != "PYTHONUNBUFFERED")
+                    or k == "VLLM_FLASHINFER_ALLREDUCE_BACKEND")
 
 
 # The peer's plugin says so on stderr when it applies its patches (arctic_inference/vllm/plugin.py).
@@ -761,10 +762,14 @@ def dry_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
           + " ".join(serve_cmd(layout, shape, model, "PORT", extra)))
     if install == "arctic":
         print(f"[dry]   check: the server log says {ARCTIC_ENABLED!r}")
+    client = False
     for w in todo:
+        if w in WORKLOADS and not client:   # the client in full once, then each one's load
+            client = True
+            print("[dry]   client (after one warm-up prompt of seed 1): " + " ".join(
+                bench_cmd(model, "PORT", 0, measured(w, out_dir, bench_args(w, shape)))))
         if w in WORKLOADS:
-            print(f"[dry]   {w}: " + " ".join(bench_cmd(model, "PORT", 0, measured(
-                w, out_dir, bench_args(w, shape)))))
+            print(f"[dry]   {w}: " + " ".join(bench_args(w, shape)))
         elif w in BURSTS:
             isl, osl, arrivals = burst_schedule(w, shape)
             print(f"[dry]   {w}: run.py's replay, {len(arrivals)} requests of {isl} in / {osl} "
@@ -838,8 +843,9 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
         copy_out()
 
 
-def one_lease(shape: str, layouts: list[str], workloads: list[str]) -> bool:
-    """Print each layout's lease per workload; True when all are done and on one lease."""
+def one_lease(shape: str, layouts: list[str], workloads: list[str], this: bool = False) -> bool:
+    """Print each layout's lease per workload; True when all are done and on one lease (this:
+    on this host's lease, made by the first server run.py started here)."""
     seen = set()
     for layout in layouts:
         ids = []
@@ -849,6 +855,8 @@ def one_lease(shape: str, layouts: list[str], workloads: list[str]) -> bool:
                        else "missing")
         print(f"{layout}: " + ", ".join(f"{w} {i}" for w, i in zip(workloads, ids)))
         seen.update(ids)
+    if this:
+        seen.add(json.loads(LEASE_FILE.read_text())["id"] if LEASE_FILE.exists() else "none")
     return len(seen) == 1 and not seen & {"missing", "unstamped"}
 
 
@@ -1052,6 +1060,7 @@ def report(shape: str) -> str:
                          f"{mem.get('before')} → {mem.get('after')} |")
     lines += leases_section(shape)
     text = "\n".join(lines) + "\n"
+    set_dir(shape).mkdir(parents=True, exist_ok=True)
     (set_dir(shape) / "report.md").write_text(text)
     plot(shape, res)
     return text
@@ -1305,6 +1314,8 @@ def main() -> None:
     ap.add_argument("--shape", default="8b", choices=sorted(SHAPES))
     ap.add_argument("--tag", help="result set $BENCH_DIR/res/<shape>-<tag> instead of <shape>: "
                     "a layout served again on a later lease, beside the rows it is compared to")
+    ap.add_argument("--this-lease", action="store_true",
+                    help="leases: and that lease is this host's")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the servers and clients `layout` would start (and what a resumed "
                     "result set skips), start nothing; also BENCH_DRY_RUN=1")
@@ -1339,7 +1350,7 @@ def main() -> None:
     elif a.what == "setup":
         print("model:", write_model(BENCH / "models" / a.shape, a.shape))
     elif a.what == "leases":
-        sys.exit(0 if one_lease(a.shape, a.layouts, a.workloads.split(",")) else 1)
+        sys.exit(0 if one_lease(a.shape, a.layouts, a.workloads.split(","), a.this_lease) else 1)
     elif a.what == "layout":
         failed = []
         for layout in a.layouts:      # one layout failing does not stop the others

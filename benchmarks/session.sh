@@ -9,6 +9,8 @@
 #   (env -u OUT setsid bash benchmarks/session.sh run PLAN PARTS_DIR [RESUME] \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
 #   next calls: cd /root/work && bash benchmarks/session.sh wait 500
+#   what a plan would run, on any machine: BENCH_DIR=/tmp/bd bash benchmarks/session.sh \
+#      dry PLAN [RESUME]
 #
 # Poll back to back: the host goes back after 30 s idle and keeps nothing.
 # If it went back anyway, carry the last res.tgz (or a committed results
@@ -50,6 +52,27 @@ case "$1" in
     # shellcheck source=/dev/null
     source "$plan"
     echo "== all steps tried $(date +%T)" >> "$res/progress.log" ;;
+  dry)        # what a plan would run, printed on any machine (no installs, no servers):
+              #   BENCH_DIR=/tmp/bd bash benchmarks/session.sh dry PLAN [RESUME]
+              # run.py steps print their servers and clients (BENCH_DRY_RUN=1) and what a
+              # resumed folder skips; the plan's own functions run (their run.py calls dry
+              # too); any other command is only printed.  Nothing is marked done.
+    plan=$2
+    cd "$here"
+    export BENCH_DRY_RUN=1
+    if [[ -n "${3:-}" ]]; then
+      if [[ -d "$3" ]]; then cp -r "$3"/. "$res"/; else tar xzf "$3" -C "$BENCH_DIR"; fi
+    fi
+    step() {
+      local name=$1; shift
+      if [[ -f "$res/done.$name" ]]; then echo "== $name: done already"; return 0; fi
+      echo "== $name: $*"
+      if [[ " $* " == *" benchmarks/run.py "* ]] || declare -F "$1" > /dev/null; then
+        "$@" || echo "!! $name: exit $?"
+      fi
+    }
+    # shellcheck source=/dev/null
+    source "$plan" ;;
   wait)       # a poll: returns as soon as every step was tried, else after $2 s
     for _ in $(seq "${2:-500}"); do
       grep -q "== all steps tried" "$res/progress.log" 2>/dev/null && break

@@ -1,0 +1,57 @@
+# Helpers for the serving plans (plans/four-gpu.sh, plans/two-gpu.sh), sourced by a plan
+# after it sets S (the shape) and L (run.py's shape arguments).  session.sh's `step` runs
+# these functions like any command; `session.sh dry` runs them with run.py in dry mode.
+
+# The smallest GPU's memory in MiB (0 without nvidia-smi); PLAN_GPU_MIB overrides it.
+gpu_mib() {
+  if [[ -n ${PLAN_GPU_MIB:-} ]]; then echo "$PLAN_GPU_MIB"; return 0; fi
+  local m
+  m=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | head -1)
+  echo "${m:-0}"
+}
+
+# beside TAG ANCHOR WORKLOADS NEW...: a ratio compares rows of one machine lease.  When the
+# NEW layouts' rows and ANCHOR's (those workloads) come from different leases -- NEW ran on a
+# later lease than ANCHOR, after a RESUME -- serve ANCHOR again on this lease into the result
+# set $S-TAG (`run.py --tag`), beside a copy of NEW's rows if they are this lease's, else
+# beside NEW served again too; `run.py report --tag TAG` then holds the comparison.  Nothing
+# to do when they already share a lease.
+beside() {
+  local tag=$1 anchor=$2 w=$3; shift 3
+  if python3 benchmarks/run.py leases "$anchor" "$@" $L --workloads "$w"; then
+    echo "beside: $anchor and $* share a lease"; return 0
+  fi
+  local new serve=("$anchor") to=$BENCH_DIR/res/$S-$tag
+  if python3 benchmarks/run.py leases "$@" $L --workloads "$w" --this-lease; then
+    echo "beside: $* ran on this lease: their rows are copied to $to"
+    if [[ ${BENCH_DRY_RUN:-} != 1 ]]; then
+      mkdir -p "$to"
+      for new in "$@"; do
+        [[ -d $to/$new ]] || cp -r "$BENCH_DIR/res/$S/$new" "$to/"
+      done
+    fi
+  else
+    echo "beside: $* not (all) on this lease: served again beside $anchor"
+    serve+=("$@")
+  fi
+  python3 benchmarks/run.py layout "${serve[@]}" $L --tag "$tag" --workloads "$w"
+}
+
+# note TEXT: a line for the run's log (stdout in a dry run).
+note() {
+  if [[ ${BENCH_DRY_RUN:-} == 1 ]]; then echo "$*"; else echo "$*" >> "$res/progress.log"; fi
+}
+
+# reports: run.py's report of the shape's result set and of each tagged set beside it.
+reports() {
+  local d rc=0
+  python3 benchmarks/run.py report $L > /dev/null && echo "report: $BENCH_DIR/res/$S/report.md" \
+    || rc=1
+  for d in "$BENCH_DIR/res/$S"-*/; do
+    [[ -d $d ]] || continue
+    d=${d%/}
+    python3 benchmarks/run.py report $L --tag "${d##*/$S-}" > /dev/null \
+      && echo "report: $d/report.md" || rc=1
+  done
+  return $rc
+}
