@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -115,6 +116,7 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
     if engine_kwargs.get("shift_parallel"):
         # The per-rank report is a function sent to the workers.
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    remove_stale_cpu_shm()
     forked = _FORKER.run(spec, env, timeout) if FORK else None
     if forked is None:
         proc = subprocess.run([sys.executable, str(HERE / "engine.py"), json.dumps(spec)],
@@ -125,12 +127,57 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
     found = [line for line in out.splitlines() if line.startswith(RESULT)]
     if returncode != 0 or not found:
         raise RuntimeError(f"engine run failed (rc={returncode}, tp={tp}, sp={sp}):\n"
-                           + out[-6000:])
+                           + failure_excerpt(out))
     res = json.loads(found[-1][len(RESULT):])
     top = [[{int(t): lp for t, lp in pos.items()} for pos in seq] for seq in res["top"]]
     return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
                res["prompt_ids"], res.get("spec", {}), res["seconds"], res.get("shift", []),
                top, out)
+
+
+def remove_stale_cpu_shm() -> None:
+    """Unlink the shared memory that no live process maps and that vLLM's
+    CPU communicator left behind.
+
+    Why: the communicator of each TP/PP group makes /dev/shm segments named
+    by the port of the engine's TCP store and the group's ranks, and never
+    unlinks them.  A later engine whose store gets the same port (the
+    kernel picks it) fails to start: "create shm in SHMManager failed.
+    errno: 17" on the rank that creates the group's segment, and the other
+    ranks then lose the store ("Failed to recv, got 0 bytes").  A suite of
+    a few hundred engines met that once in a CI run; it also held ~4 MiB
+    of memory per rank per engine until the machine restarted.  Called
+    before each engine and server starts; a running engine's segments are
+    mapped by its ranks, so they stay."""
+    shm = Path("/dev/shm")
+    names = {p.name for p in shm.glob("*-cpushm_*")} if shm.is_dir() else set()
+    if not names:
+        return
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:               # the process exited, or is not ours to read
+            continue
+        mapped.update(line.rsplit("/", 1)[-1] for line in text.splitlines()
+                      if "/dev/shm/" in line)
+    for name in names - mapped:
+        (shm / name).unlink(missing_ok=True)
+
+
+def failure_excerpt(out: str, tail: int = 5000) -> str:
+    """What a failed run printed, cut for a test report: the first error
+    line of each process (a rank that died first often explains why the
+    others failed, and its lines scroll out of the tail) and then the
+    tail."""
+    firsts: dict[str, str] = {}
+    for line in out.splitlines():
+        if re.search(r"\w(Error|Exception)\b: |Killed|signal \d+", line):
+            who = line.split(")", 1)[0] if line.startswith("(") else "main"
+            firsts.setdefault(who, line)
+    head = "".join(line + "\n" for line in firsts.values())
+    return ("the first error of each process:\n" + head + "... the run's last lines:\n"
+            + out[-tail:])
 
 
 def _image(seed: int, width: int, height: int):

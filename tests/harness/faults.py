@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from harness.client import post
+from harness.engine import remove_stale_cpu_shm
 from harness.net import free_port
 from harness.server import serve_command, serve_env
 
@@ -38,6 +39,7 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
+        remove_stale_cpu_shm()
         self.shm_before = set(os.listdir(SHM))
         cmd = [*serve_command(model), *args, "--port", str(self.port), "--host", "127.0.0.1"]
         with open(log, "w") as out:

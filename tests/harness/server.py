@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import KV_CACHE_BYTES, cpu_env
+from harness.engine import KV_CACHE_BYTES, cpu_env, remove_stale_cpu_shm
 from harness.net import free_port
 
 
@@ -51,6 +51,7 @@ def serve_nodes(model: Path, servers: list[list[str]], log: Path, ranks: int,
     hybrid DP load balancing): one server per entry of ``servers``, all
     started together (they wait for each other), each on its own port
     (logs: ``<log>``, ``<log>.server<j>``); yields their base URLs."""
+    remove_stale_cpu_shm()
     env = serve_env(ranks)
     cli = serve_command(model)
     ports = [free_port() for _ in servers]
