@@ -56,10 +56,15 @@ def test_tp1_logprobs_match_transformers(llama, llama_ref, family_ref):
 def test_llama_layouts(llama, llama_ref, tp, sp):
     """kv_heads=2: with SP=2 each SP rank caches one KV head; with SP=4
     each KV head goes to two.  (Upstream's TP=2, the control, runs as the
-    bfloat16 tests' bound; TP=2 x SP=2 is test_e2e_shift's core case.)"""
+    bfloat16 tests' bound; TP=2 x SP=2 is test_e2e_shift's core case.)
+    The prefills of the batches without prompt logprobs gather only their
+    sampled rows over SP (runners-gather-sampled-rows), the rest the whole
+    step: the same tokens either way."""
     got = run(llama, tp=tp, sp=sp)
     assert_same(llama_ref, got, what=f"TP={tp} SP={sp} vs TP=1")
     check_prefix_cache(got)
+    assert len(got.gathers) == tp * sp
+    assert all(g["rows"] > 0 and g["whole"] > 0 for g in got.gathers), got.gathers
 
 
 def test_alibi_slopes_follow_their_heads(models_dir, family_ref):

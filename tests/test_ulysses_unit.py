@@ -150,6 +150,13 @@ def exchange_on_each_rank(rank, world, tp, sp, cfg):
     assert padded % sp == 0 and padded - T < sp
     x = torch.arange(padded * 3, dtype=torch.float32).reshape(padded, 3)
     assert torch.equal(ulysses.gather_tokens(ulysses.shard_tokens(x)), x)
+    # only some rows of the step, each from the rank that holds it: one
+    # row, both ends of every slice, out of order
+    n = padded // sp
+    for rows in ([padded - 1], [r for s_ in range(sp) for r in (s_ * n, s_ * n + n - 1)],
+                 [5, 0, 3]):
+        got = ulysses.gather_rows(ulysses.shard_tokens(x), torch.tensor(rows))
+        assert torch.equal(got, x[rows]), rows
 
 
 def test_exchange_op_takes_contiguous_input_from_inductor():
@@ -231,3 +238,33 @@ def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):
     assert seen == [4, 2] and dp.num_tokens_across_dp_cpu.tolist() == [8, 4]
     with ulysses_model._dp_sizes_of_slices():           # no forward context: nothing to do
         pass
+
+
+def test_sampled_rows_gathered_unless_the_step_reads_others(monkeypatch):
+    """The SP model gathers only the rows the runner samples from, unless
+    the step reads other rows too (prompt logprobs, a drafter, pooling) or
+    the sampled rows are most of the step (decodes)."""
+    from vllm.distributed import ulysses, ulysses_model
+
+    monkeypatch.setattr(ulysses, "sp_size", lambda: 2)
+    monkeypatch.setattr(ulysses, "gather_tokens", lambda x: torch.cat([x, x]))
+    monkeypatch.setattr(ulysses, "gather_rows", lambda x, rows: torch.full((len(rows), 1), 7.0))
+
+    def gathered(rows: list[int], total: int = 16, **runner) -> str:
+        runner = SimpleNamespace(**{**dict(num_prompt_logprobs={}, is_pooling_model=False,
+                                           speculative_config=None), **runner})
+        with ulysses_model.sampled_rows_only(runner, torch.tensor(rows)):
+            out = ulysses_model._gather_output(torch.zeros(total // 2, 1), total)
+        assert out.shape == (total, 1)
+        return "rows" if out[rows].eq(7).all() else "whole"
+
+    assert gathered([3, 15]) == "rows"
+    assert gathered([3, 15], num_prompt_logprobs={"r": 0}) == "whole"
+    assert gathered([3, 15], speculative_config=object()) == "whole"
+    assert gathered([3, 15], is_pooling_model=True) == "whole"
+    assert gathered(list(range(8))) == "whole"        # decodes: half the step or more
+    # outside the runner's forward (dummy runs, graph capture): the whole step
+    before = ulysses_model.gather_counts()
+    ulysses_model._gather_output(torch.zeros(8, 1), 16)
+    after = ulysses_model.gather_counts()
+    assert (after["whole"] - before["whole"], after["rows"] - before["rows"]) == (1, 0)

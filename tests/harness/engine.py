@@ -77,6 +77,7 @@ class Run:
     seconds: float = 0.0
     shift: list[dict] = field(default_factory=list)   # per rank, with shift_parallel
     top: list[list[dict[int, float]]] = field(default_factory=list)  # TOP_LOGPROBS per token
+    gathers: list[dict] = field(default_factory=list)  # per rank, with SP: see _gather_report
     log: str = field(default="", repr=False)
 
 
@@ -113,8 +114,8 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
         spec["engine"]["sequence_parallel_size"] = sp
     world = tp * sp * engine_kwargs.get("pipeline_parallel_size", 1)
     env = {**default_env(world), **(env or {})}
-    if engine_kwargs.get("shift_parallel"):
-        # The per-rank report is a function sent to the workers.
+    if engine_kwargs.get("shift_parallel") or sp > 1:
+        # The per-rank reports are functions sent to the workers.
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     remove_stale_cpu_shm()
     forked = _FORKER.run(spec, env, timeout) if FORK else None
@@ -132,7 +133,7 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
     top = [[{int(t): lp for t, lp in pos.items()} for pos in seq] for seq in res["top"]]
     return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
                res["prompt_ids"], res.get("spec", {}), res["seconds"], res.get("shift", []),
-               top, out)
+               top, res.get("gathers", []), out)
 
 
 def remove_stale_cpu_shm() -> None:
@@ -249,6 +250,8 @@ def _child(spec: dict) -> None:
         names = {"vllm:spec_decode_num_draft_tokens": "drafted",
                  "vllm:spec_decode_num_accepted_tokens": "accepted"}
         res["spec"] = {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
+    if engine.get("sequence_parallel_size", 1) > 1:
+        res["gathers"] = llm.collective_rpc(_gather_report)
     if shift_on:
         # Steps served per mode: the calls made while generating (the
         # engine's own profile and warm-up calls are left out).
@@ -262,6 +265,14 @@ def _child(spec: dict) -> None:
     # after Ray's own exit hook has torn down the worker that owns them
     # (a fatal check in Ray, exit code 1, after the result).
     llm.llm_engine.engine_core.shutdown()
+
+
+def _gather_report(worker) -> dict:
+    """On one rank: forwards of the SP model that gathered only the
+    sampled rows of the step, and those that gathered all of it."""
+    from vllm.distributed import ulysses_model
+
+    return ulysses_model.gather_counts()
 
 
 def _shift_report(worker) -> dict:

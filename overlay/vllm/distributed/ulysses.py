@@ -409,3 +409,18 @@ def shard_tokens(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
 
 def gather_tokens(x: torch.Tensor) -> torch.Tensor:
     return get_sp_group().all_gather(x, dim=0)
+
+
+def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Rows ``rows`` (indices into the whole step, the same on every SP
+    rank) of the step whose slice this SP rank holds in ``x``: [k, ...] on
+    every SP rank.  Each rank offers, for every row, its own copy where it
+    holds that row (a stand-in elsewhere); one all-gather of those k rows
+    per rank, and each row is taken from the rank that holds it.  Exact (no
+    arithmetic), and k rows cross the links instead of the whole step: a
+    prefill step samples one row per request."""
+    sp, n, k = sp_size(), x.shape[0], rows.shape[0]
+    offered = x.index_select(0, (rows - sp_rank() * n).clamp(0, n - 1))
+    offers = get_sp_group().all_gather(offered, dim=0).view(sp, k, *x.shape[1:])
+    holder = torch.div(rows, n, rounding_mode="floor")
+    return offers[holder, torch.arange(k, device=x.device)]

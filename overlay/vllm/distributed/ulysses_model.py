@@ -17,9 +17,61 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from vllm.distributed import ulysses, ulysses_gdn, ulysses_multimodal
+
+# The rows of the next forward's hidden states that the runner reads
+# (``sampled_rows_only``); None: all of them.
+_ROWS: torch.Tensor | None = None
+# Forwards whose output gathered only the sampled rows / the whole step
+# (the tests check that a prefill without prompt logprobs takes the first).
+_GATHERS = {"rows": 0, "whole": 0}
+
+
+def gather_counts() -> dict[str, int]:
+    return dict(_GATHERS)
+
+
+@contextmanager
+def sampled_rows_only(runner: Any, logits_indices: torch.Tensor) -> Iterator[None]:
+    """Around one step's forward in the runner: the SP model all-gathers
+    only the rows the runner samples from (``logits_indices``), not the
+    whole step's hidden states, where nothing else of the step reads them.
+
+    Why: a prefill step samples one row per request, while the whole step
+    is every token's hidden state (128 MiB for an 8k step at a 70B shape),
+    gathered on the critical path of every prefill.  Prompt logprobs, a
+    drafter (it reads the target's hidden states of every token) and
+    pooling read the other rows: then the whole step is gathered, as is a
+    step whose sampled rows are most of it (decodes), and every step run
+    from a CUDA graph captured whole (its gather is part of the graph).
+    The other rows of the forward's output are left unwritten."""
+    global _ROWS
+    if (ulysses.sp_size() == 1 or runner.num_prompt_logprobs or runner.is_pooling_model
+            or runner.speculative_config is not None):
+        yield
+        return
+    _ROWS = logits_indices
+    try:
+        yield
+    finally:
+        _ROWS = None
+
+
+def _gather_output(out: torch.Tensor, total: int) -> torch.Tensor:
+    """The forward's hidden states of the whole step from this rank's
+    slice: every row, or only the sampled ones (``sampled_rows_only``)."""
+    rows = _ROWS
+    if (rows is None or rows.shape[0] * ulysses.sp_size() >= total
+            or (out.is_cuda and torch.cuda.is_current_stream_capturing())):
+        _GATHERS["whole"] += 1
+        return ulysses.gather_tokens(out)
+    _GATHERS["rows"] += 1
+    whole = out.new_empty((total, *out.shape[1:]))
+    whole[rows] = ulysses.gather_rows(out, rows)
+    return whole
 
 
 @contextmanager
@@ -87,7 +139,7 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
         if isinstance(out, tuple):  # (hidden, aux hidden states)
             return tuple(ulysses.gather_tokens(o) if isinstance(o, torch.Tensor) else
                          [ulysses.gather_tokens(a) for a in o] for o in out)
-        return ulysses.gather_tokens(out)
+        return _gather_output(out, total)
 
     model.forward = forward
     ulysses_multimodal.slice_side_inputs(model)
