@@ -21,7 +21,17 @@ beside() {
   if python3 benchmarks/run.py leases "$anchor" "$@" $L --workloads "$w"; then
     echo "beside: $anchor and $* share a lease"; return 0
   fi
-  local new serve=("$anchor") to=$BENCH_DIR/res/$S-$tag
+  local new w1 missing="" serve=("$anchor") to=$BENCH_DIR/res/$S-$tag
+  for new in "$anchor" "$@"; do
+    for w1 in ${w//,/ }; do
+      [[ -f $BENCH_DIR/res/$S/$new/$w1.json ]] || missing+=" $new/$w1"
+    done
+  done
+  if [[ -n $missing && ${BENCH_DRY_RUN:-} != 1 ]]; then
+    # a failed row: its own step runs it again on the next RESUME, before this one
+    echo "beside: missing$missing: nothing served beside $anchor"; return 1
+  fi
+  [[ -n $missing ]] && echo "beside (dry): no rows yet; should they end on two leases:"
   if python3 benchmarks/run.py leases "$@" $L --workloads "$w" --this-lease; then
     echo "beside: $* ran on this lease: their rows are copied to $to"
     if [[ ${BENCH_DRY_RUN:-} != 1 ]]; then

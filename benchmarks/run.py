@@ -591,7 +591,7 @@ def burst_trace(name: str, shape: str, base: str, out_dir: Path) -> None:
     import random
     try:
         import aiohttp
-    except ImportError:      # the host's own python3: take it from the vLLM install's packages
+    except ImportError:      # a vLLM requirement: the image's Python has it; else the site's
         sys.path.append(SITES["official"])
         import aiohttp
 
@@ -1205,7 +1205,7 @@ def sweep_points(res: dict, shape: str = "8b") -> list[tuple[int, str]]:
     the default, which changes between wheels: its threshold is read from its own
     server log (shift.py states it at startup), so old results keep their label."""
     pts = [(int(m.group(1)), n) for n in res if (m := re.fullmatch(r"shift_t(\d+)", n))]
-    if "shift" in res:
+    if "shift" in res and any(w in res["shift"] for w in ("lat1k", "mid", "sat")):
         log = set_dir(shape) / "shift" / "server.log"
         found = re.search(r"Shift parallelism: threshold (\d+) tokens",
                           log.read_text(errors="replace")) if log.exists() else None
