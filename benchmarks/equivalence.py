@@ -207,7 +207,9 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
                      "cached_tokens": b.num_cached_tokens})
     names = {"vllm:spec_decode_num_draft_tokens": "drafted",
              "vllm:spec_decode_num_accepted_tokens": "accepted"}
-    counts = {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
+    # (Only a speculative engine logs stats: get_metrics() asserts on any other.)
+    counts = {names[m.name]: m.value for m in llm.get_metrics()
+              if m.name in names} if spec else {}
     out.write_text(json.dumps({
         "family": family, "layout": layout, "spec": counts, "tp": tp, "sp": sp, "shift": shift,
         "start_s": round(start_s, 1), "run_s": round(run_s, 2),
