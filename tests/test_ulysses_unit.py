@@ -263,6 +263,22 @@ def test_sampled_rows_gathered_unless_the_step_reads_others(monkeypatch):
     assert gathered([3, 15], speculative_config=object()) == "whole"
     assert gathered([3, 15], is_pooling_model=True) == "whole"
     assert gathered(list(range(8))) == "whole"        # decodes: half the step or more
+    # V2 (vLLM's default runner for dense models on GPUs): a flag per request
+    # slot; only the step's own requests count
+    import numpy as np
+
+    def gathered_v2(slots: list[int], flagged: list[int]) -> str:
+        uses = np.zeros(8, dtype=bool)
+        uses[flagged] = True
+        runner = SimpleNamespace(is_pooling_model=False, speculative_config=None,
+                                 prompt_logprobs_worker=SimpleNamespace(uses_prompt_logprobs=uses))
+        batch = SimpleNamespace(idx_mapping_np=np.array(slots))
+        with ulysses_model.sampled_rows_only(runner, torch.tensor([3, 15]), batch):
+            out = ulysses_model._gather_output(torch.zeros(8, 1), 16)
+        return "rows" if out[[3, 15]].eq(7).all() else "whole"
+
+    assert gathered_v2([0, 2], flagged=[5]) == "rows"
+    assert gathered_v2([0, 5], flagged=[5]) == "whole"
     # outside the runner's forward (dummy runs, graph capture): the whole step
     before = ulysses_model.gather_counts()
     ulysses_model._gather_output(torch.zeros(8, 1), 16)

@@ -35,10 +35,12 @@ def gather_counts() -> dict[str, int]:
 
 
 @contextmanager
-def sampled_rows_only(runner: Any, logits_indices: torch.Tensor) -> Iterator[None]:
-    """Around one step's forward in the runner: the SP model all-gathers
-    only the rows the runner samples from (``logits_indices``), not the
-    whole step's hidden states, where nothing else of the step reads them.
+def sampled_rows_only(runner: Any, logits_indices: torch.Tensor,
+                      input_batch: Any = None) -> Iterator[None]:
+    """Around one step's forward in the runner (V1; V2 passes its
+    ``input_batch``): the SP model all-gathers only the rows the runner
+    samples from (``logits_indices``), not the whole step's hidden states,
+    where nothing else of the step reads them.
 
     Why: a prefill step samples one row per request, while the whole step
     is every token's hidden state (128 MiB for an 8k step at a 70B shape),
@@ -49,8 +51,9 @@ def sampled_rows_only(runner: Any, logits_indices: torch.Tensor) -> Iterator[Non
     from a CUDA graph captured whole (its gather is part of the graph).
     The other rows of the forward's output are left unwritten."""
     global _ROWS
-    if (ulysses.sp_size() == 1 or runner.num_prompt_logprobs or runner.is_pooling_model
-            or runner.speculative_config is not None):
+    if (ulysses.sp_size() == 1 or runner.is_pooling_model
+            or runner.speculative_config is not None
+            or _asks_prompt_logprobs(runner, input_batch)):
         yield
         return
     _ROWS = logits_indices
@@ -58,6 +61,16 @@ def sampled_rows_only(runner: Any, logits_indices: torch.Tensor) -> Iterator[Non
         yield
     finally:
         _ROWS = None
+
+
+def _asks_prompt_logprobs(runner: Any, input_batch: Any) -> bool:
+    """Whether a request of the step wants prompt logprobs: V1 keeps those
+    requests by id, V2 a flag per request slot."""
+    if input_batch is None:
+        return bool(runner.num_prompt_logprobs)
+    worker = runner.prompt_logprobs_worker
+    return worker is not None and bool(
+        worker.uses_prompt_logprobs[input_batch.idx_mapping_np].any())
 
 
 def _gather_output(out: torch.Tensor, total: int) -> torch.Tensor:
