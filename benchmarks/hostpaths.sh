@@ -15,3 +15,12 @@ export SITE_OFFICIAL SITE_OURS SITE_ARCTIC BENCH_DIR CKPT_DIR
 # creates multicast objects itself, past NCCL_NVLS_ENABLE=0; "trtllm" is what
 # vLLM falls back to on a node without multicast, with the fusion kept on.
 export VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+# The host keeps multicast off in NCCL, PyTorch's symmetric memory and NVSHMEM
+# (device/KINDS.md); these keep its values and only fill in one that a
+# shell started without them lacks.  vLLM 0.26's symmetric-memory all-reduce
+# (VLLM_ALLREDUCE_USE_SYMM_MEM=1, at TP 2-8 on Hopper) then finds no
+# multicast and stays off: TP baselines here run NCCL's (and FlashInfer's
+# fused) all-reduce, where a user's multicast-capable node would also get
+# the multimem all-reduce at TP=4.  Results say so.
+: "${NCCL_NVLS_ENABLE:=0}" "${TORCH_SYMM_MEM_DISABLE_MULTICAST:=1}" "${NVSHMEM_DISABLE_NVLS:=1}"
+export NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS
