@@ -17,27 +17,47 @@ the real ``pip install --no-index --find-links`` into a venv over the image
 (``--system-site-packages``): pip there, not this picture, decides, and
 ``pip check`` says whether the result holds together.
 
-    python3 benchmarks/user_env.py WHEEL OUTDIR   -> OUTDIR/*.whl, OUTDIR/lock.txt
+A release whose torch the image lacks (vLLM 0.33.0: torch 2.14.0) resolves the
+same way: the image's torch, torchvision and whatever torch 2.14 pins past the
+image's versions (NCCL, cuDNN, triton, cuBLAS, ...) are ruled out one round at
+a time, and pip brings theirs; the summary names every image package replaced.
+
+Nothing is fetched twice: the resolution is kept in OUTDIR/resolution.json for
+its inputs (the wheel, the image's picture, this script), and each wheel is
+checked against the sha256 pip's report gives for it and kept in the build's
+download cache ($VLLM_SP_CACHE/downloads, as ``build.sh`` keeps its own), so a
+re-run with the same inputs downloads nothing.
+
+    python3 benchmarks/user_env.py WHEEL OUTDIR
+        -> OUTDIR/*.whl, OUTDIR/lock.txt, OUTDIR/SHA256SUMS
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 IMAGE = HERE / "host" / "image-cp312.json"
+DOWNLOADS = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp")) / "downloads"
 TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
           "--abi", "cp312", "--abi", "abi3", "--abi", "none"] + [
     f"--platform={p}"
-    for p in [f"manylinux_2_{n}_x86_64" for n in (39, 35, 34, 31, 28, 27, 26, 24, 17)]
+    for p in [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)]   # glibc 2.39 on the host
     + ["manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64"]]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def _stubs(folder: Path) -> dict[str, str]:
@@ -46,7 +66,7 @@ def _stubs(folder: Path) -> dict[str, str]:
     out = {}
     for name, p in pkgs.items():
         public = p["version"].split("+")[0]
-        norm = re.sub(r"[-_.]+", "_", name).lower()
+        norm = _norm(name)
         info = f"{norm}-{public}+image.dist-info"
         meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {public}+image\n"
         meta += "".join(f"Requires-Dist: {r}\n" for r in p["requires_dist"] or [])
@@ -89,7 +109,7 @@ def resolve(wheel: Path) -> list[dict]:
         stubs.mkdir()
         kept = _stubs(stubs)
         env = {**os.environ, "PIP_CONSTRAINT": ""}    # this machine's own caps are not the host's
-        for _ in range(20):
+        for _ in range(40):     # one ruled-out package a round, ~20 for a new torch
             Path(tmp, "c.txt").write_text("".join(f"{n}=={v}\n" for n, v in kept.items()))
             cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
                    "--report", f"{tmp}/report.json", "--target", f"{tmp}/t", "--find-links",
@@ -103,39 +123,112 @@ def resolve(wheel: Path) -> list[dict]:
                     return items
                 extra |= more
                 continue
-            ruled_out = re.findall(r"The user requested \(constraint\) ([A-Za-z0-9_.-]+)==",
-                                   proc.stdout)
+            # pip names the constraint it cannot meet; with extras (torch 2.14's
+            # `cuda-toolkit[cublas,...]==13.0.3`) it only says no version matches
+            named = re.findall(r"The user requested \(constraint\) ([A-Za-z0-9_.-]+)\S*==|"
+                               r"No matching distribution found for ([A-Za-z0-9_.-]+)",
+                               proc.stdout)
+            ruled_out = {_norm(a or b) for a, b in named} & {_norm(n) for n in kept}
             if not ruled_out:
                 tail = [ln for ln in proc.stdout.splitlines()
                         if "WARNING: Location" not in ln][-12:]
                 raise SystemExit("user_env.py: pip could not resolve:\n" + "\n".join(tail))
-            for name in ruled_out:
-                kept.pop(name, None)
+            kept = {n: v for n, v in kept.items() if _norm(n) not in ruled_out}
         raise SystemExit("user_env.py: the resolution did not settle")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cached_resolve(wheel: Path, dest: Path) -> list[dict]:
+    """resolve(), kept in DEST/resolution.json for these inputs."""
+    key = hashlib.sha256()
+    for part in (sha256_file(wheel).encode(), IMAGE.read_bytes(), Path(__file__).read_bytes()):
+        key.update(hashlib.sha256(part).digest())
+    cache = dest / "resolution.json"
+    if cache.exists() and json.loads(cache.read_text())["key"] == key.hexdigest():
+        print("user_env.py: the resolution for these inputs is cached (resolution.json)")
+        return json.loads(cache.read_text())["install"]
+    items = resolve(wheel)
+    cache.write_text(json.dumps({"key": key.hexdigest(), "install": items}, indent=1))
+    return items
+
+
+def download(wanted: dict[str, tuple[str, str]], dest: Path) -> int:
+    """filename -> (name==version, sha256): each into the download cache once
+    (pip, hash-checked), then hard-linked into DEST; returns the bytes fetched."""
+    DOWNLOADS.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for filename, (_, sha) in wanted.items():
+        cached, old = DOWNLOADS / filename, dest / filename
+        if cached.exists() and sha256_file(cached) == sha:
+            continue
+        if old.exists() and sha256_file(old) == sha:      # staged before the cache existed
+            _link(old, cached)
+        else:
+            missing.append(filename)
+    fetched = 0
+    if missing:
+        with tempfile.TemporaryDirectory(dir=DOWNLOADS) as tmp:
+            reqs = Path(tmp, "requirements.txt")
+            reqs.write_text("".join(f"{wanted[f][0]} --hash=sha256:{wanted[f][1]}\n"
+                                    for f in missing))
+            env = {**os.environ, "PIP_CONSTRAINT": ""}
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                            "--require-hashes", "-d", tmp, *TARGET, "-r", str(reqs)],
+                           check=True, env=env)
+            for filename in missing:
+                fetched += Path(tmp, filename).stat().st_size
+                os.replace(Path(tmp, filename), DOWNLOADS / filename)
+    for whl in dest.glob("*.whl"):
+        if whl.name not in wanted:
+            whl.unlink()            # left from an earlier resolution
+    for filename in wanted:
+        if not (dest / filename).exists() or not (dest / filename).samefile(DOWNLOADS / filename):
+            _link(DOWNLOADS / filename, dest / filename)
+    return fetched
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.unlink(missing_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:         # another file system
+        shutil.copy(src, dst)
 
 
 def main() -> None:
     wheel, dest = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
     dest.mkdir(parents=True, exist_ok=True)
-    rows, fetch = [], []
-    for item in resolve(wheel):
+    image = {_norm(n): p["version"].split("+")[0]
+             for n, p in json.loads(IMAGE.read_text())["packages"].items()}
+    rows, wanted, replaced = [], {}, []
+    for item in cached_resolve(wheel, dest):
         name, version = item["metadata"]["name"], item["metadata"]["version"]
         if version.endswith("+image"):
             rows.append(f"{name}=={version[:-6]}  # kept from the image")
         elif name.lower() != "vllm":
             rows.append(f"{name}=={version}  # added")
-            fetch.append(f"{name}=={version}")
-    env = {**os.environ, "PIP_CONSTRAINT": ""}
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest),
-                    *TARGET, *fetch], check=True, env=env)
-    names = {re.sub(r"[-_.]+", "_", f.split("==")[0]).lower() for f in fetch}
-    for whl in dest.glob("*.whl"):
-        if re.sub(r"[-_.]+", "_", whl.name.split("-")[0]).lower() not in names:
-            whl.unlink()            # left from an earlier resolution
+            info = item["download_info"]
+            filename = urllib.parse.unquote(info["url"].rsplit("/", 1)[1])
+            wanted[filename] = (f"{name}=={version}", info["archive_info"]["hashes"]["sha256"])
+            if _norm(name) in image:
+                replaced.append(f"{name} {image[_norm(name)]} -> {version}")
+    fetched = download(wanted, dest)
     (dest / "lock.txt").write_text("\n".join(sorted(rows, key=str.lower)) + "\n")
-    size = sum(w.stat().st_size for w in dest.glob("*.whl")) >> 20
-    print(f"user_env.py: {len(rows)} packages in the install, {len(fetch)} wheels added "
+    (dest / "SHA256SUMS").write_text("".join(f"{sha}  {f}\n"
+                                             for f, (_, sha) in sorted(wanted.items())))
+    size = sum((dest / f).stat().st_size for f in wanted) >> 20
+    print(f"user_env.py: {len(rows)} packages in the install, {len(wanted)} wheels added "
           f"({size} MiB), the rest kept from the image")
+    print(f"user_env.py: replaces {len(replaced)} of the image's packages: "
+          + ", ".join(sorted(replaced, key=str.lower)))
+    print(f"user_env.py: downloaded {fetched >> 20} MiB; the rest from {DOWNLOADS}")
 
 
 if __name__ == "__main__":
