@@ -48,6 +48,13 @@ case "$1" in
       rm -f "$res"/done.{installs,hw,model,ckpt}
     fi
     step installs bash benchmarks/host-setup.sh "$parts"
+    if ! grep -q "^smoke: ok" "$res/env.txt" 2>/dev/null; then    # unpack.sh's verdict
+      echo "!! the install did not pass its smoke check (import, matmul, all-reduce):" \
+        "$(grep -s "^smoke:" "$res/env.txt" || echo "no verdict in env.txt"); no plan step runs" \
+        >> "$res/progress.log"
+      echo "== all steps tried $(date +%T)" >> "$res/progress.log"
+      exit 1
+    fi
     step hw bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvidia-smi topo -m'
     # shellcheck source=/dev/null
     source "$plan"

@@ -6,7 +6,10 @@
 # way a user's `pip install vllm` does there: pip resolves against what the
 # image has, taking what it lacks from the staged wheels (--no-index: the host
 # has no network).  REPORT (default PARTS_DIR/env.txt) gets `pip check`'s
-# verdict, the versions that decide the GPU paths, and the install's lock.
+# verdict, the versions that decide the GPU paths, the install's lock, and
+# smoke.py's verdict on the install (torch imports, a CUDA matmul, an NCCL
+# all-reduce over 2 GPUs): `smoke: ok`, else this script fails with one line
+# and session.sh runs no plan on the install.
 set -euo pipefail
 parts=$1; report=${2:-$1/env.txt}
 got=$(cat "$parts"/part* | sha256sum | cut -d' ' -f1)
@@ -35,6 +38,17 @@ print("torch.cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.ncc
 PY
   echo "== staged lock (user_env.py)"
   cat "$work/bundle/lock.txt"
-} > "$report" 2>&1
+} > "$report" 2>&1 || true    # a torch that cannot load: smoke.py's verdict says so
 rm -rf "$work"
-grep -E "^pip check|^vllm==|^flashinfer|^torch" "$report"
+echo "== smoke check (smoke.py)" >> "$report"
+rc=0
+timeout 300 python3 "$(dirname "$0")/smoke.py" >> "$report" 2>&1 || rc=$?
+if ! grep -q "^smoke: ok" "$report" && ! grep -q "^smoke: FAILED" "$report"; then
+  echo "smoke: FAILED: smoke.py ended without a verdict (exit $rc; 124: hung, killed after" \
+    "300 s)" >> "$report"
+fi
+grep -E "^pip check|^vllm==|^flashinfer|^torch|^smoke:" "$report"
+if ! grep -q "^smoke: ok" "$report"; then
+  echo "unpack.sh: the install FAILED its smoke check: $(grep "^smoke:" "$report"); see $report" >&2
+  exit 1
+fi
