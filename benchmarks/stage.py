@@ -12,13 +12,22 @@ as ``ours.tar.gz`` (the changed and added members, plus the list of members
 ours deletes), which ``host-setup.sh`` lays over a hard-linked copy of the
 installed ``vllm`` package.  The peer, ArcticInference, travels as its
 226 KB sdist (hash-pinned below) and is built on the host by
-``arctic-setup.sh``.
+``arctic-setup.sh`` (for the release Arctic 0.3.0 plugs into, 0.26.0).
+
+Another release (``--vllm-version 0.33.0``) stages the same way into its own
+folder: where its torch is not the image's (0.33.0 needs torch 2.14.0), pip's
+resolution brings torch and the CUDA wheels it pins, replacing the image's,
+and the summary names what it replaces.  ``unpack.sh`` then tries the
+install (smoke.py: import, a CUDA matmul, an NCCL all-reduce).
 
     ./build.sh --device cuda && python3 benchmarks/stage.py [OUTDIR]   (default .gpuhost)
+    ./build.sh --device cuda --version 0.33.0 \
+        && python3 benchmarks/stage.py --vllm-version 0.33.0       (default .gpuhost-0.33.0)
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import os
@@ -30,10 +39,11 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSION = (ROOT / "VLLM_VERSION").read_text().strip()
+PIN = (ROOT / "VLLM_VERSION").read_text().strip()
 CACHE = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp"))
 ARCTIC = ("arctic-inference", "arctic_inference-0.3.0.tar.gz",
           "7f22e3e1b1071c6061c0d6951be17c0fb50b08d06d6e543144c8f52faba60a36")
+ARCTIC_VLLM = "0.26.0"      # the vLLM release its plugin patches
 
 
 def members(whl: Path) -> dict[str, str]:
@@ -64,39 +74,55 @@ def part_bytes() -> int:
     return size
 
 
-def bundle(official: Path, out: Path) -> int:
+def bundle(official: Path, version: str, out: Path) -> tuple[int, int]:
     """official wheel + the added wheels + their lock -> out/part00.. and
-    out/bundle.sha256; returns the number of parts."""
-    deps = CACHE / f"user-env-{VERSION}"
+    out/bundle.sha256; returns (parts, bytes).  The tar goes through a file,
+    not memory: with a new torch it is several GB."""
+    deps = CACHE / f"user-env-{version}"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "user_env.py"), str(official),
                     str(deps)], check=True)
     size = part_bytes()
     h = hashlib.sha256()
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as tar:
+    tar_path = out / "bundle.tar"
+    with tarfile.open(tar_path, mode="w") as tar:
         tar.add(official, f"bundle/{official.name}")
         for whl in sorted(deps.glob("*.whl")):
             tar.add(whl, f"bundle/deps/{whl.name}")
         tar.add(deps / "lock.txt", "bundle/lock.txt")
-    raw = data.getvalue()
-    h.update(raw)
-    for i in range(0, len(raw), size):
-        (out / f"part{i // size:02d}").write_bytes(raw[i:i + size])
+    parts = 0
+    with open(tar_path, "rb") as f:
+        while chunk := f.read(size):
+            (out / f"part{parts:02d}").write_bytes(chunk)
+            h.update(chunk)
+            parts += 1
+    total = tar_path.stat().st_size
+    tar_path.unlink()
+    if parts > 100:     # unpack.sh joins part* in the shell's order: two digits
+        raise SystemExit(f"stage.py: {parts} parts: more than part00..part99")
     (out / "bundle.sha256").write_text(h.hexdigest() + "\n")
-    shutil.copy(ROOT / "benchmarks" / "unpack.sh", out / "unpack.sh")
-    return -(-len(raw) // size)
+    for script in ("unpack.sh", "smoke.py"):
+        shutil.copy(ROOT / "benchmarks" / script, out / script)
+    return parts, total
 
 
-def main(out: Path) -> None:
-    official = CACHE / "downloads" / f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
-    ours = ROOT / "dist" / f"vllm-{VERSION}+sp-cp38-abi3-manylinux_2_28_x86_64.whl"
-    for whl, how in ((official, "./build.sh --device cuda downloads it"),
-                     (ours, "./build.sh --device cuda")):
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", nargs="?", type=Path,
+                    help="default .gpuhost (the pin), else .gpuhost-VERSION")
+    ap.add_argument("--vllm-version", default=PIN,
+                    help=f"the vLLM release to stage (default: the pin, {PIN})")
+    args = ap.parse_args()
+    version = args.vllm_version
+    out = args.out or ROOT / (".gpuhost" if version == PIN else f".gpuhost-{version}")
+    official = CACHE / "downloads" / f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    ours = ROOT / "dist" / f"vllm-{version}+sp-cp38-abi3-manylinux_2_28_x86_64.whl"
+    build = "./build.sh --device cuda" + (f" --version {version}" if version != PIN else "")
+    for whl, how in ((official, f"{build} downloads it"), (ours, build)):
         if not whl.exists():
             sys.exit(f"stage.py: {whl} is missing: {how}")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    parts = bundle(official, out)
+    parts, total = bundle(official, version, out)
     a, b = members(official), members(ours)
     changed = sorted(n for n in b if a.get(n) != b[n])
     deleted = sorted(n for n in a if n not in b)
@@ -111,16 +137,23 @@ def main(out: Path) -> None:
         info = tarfile.TarInfo("DELETED")
         info.size = len(listing)
         tar.addfile(info, io.BytesIO(listing))
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from build import fetch  # pip download through the tools venv, checked against the pin
-    name, filename, sha = ARCTIC
-    sdist = fetch(name, filename, {filename: sha}, CACHE, ROOT / "patches" / f"v{VERSION}",
-                  sdist=True)
-    shutil.copy(sdist, out / filename)
-    print(f"stage.py: {parts} parts of at most {part_bytes() >> 20} MiB in {out}")
+    extras = ["unpack.sh", "smoke.py", "bundle.sha256", "ours.tar.gz"]
+    if version == ARCTIC_VLLM:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from build import fetch  # pip download through the tools venv, checked against the pin
+        name, filename, sha = ARCTIC
+        sdist = fetch(name, filename, {filename: sha}, CACHE, ROOT / "patches" / f"v{version}",
+                      sdist=True)
+        shutil.copy(sdist, out / filename)
+        extras.append(filename)
+    print(f"stage.py: vLLM {version}: {parts} parts of at most {part_bytes() >> 20} MiB in "
+          f"{out}, {total / 2**30:.2f} GiB in all ({total >> 20} MiB)")
     print(f"stage.py: ours = official + {len(changed)} changed/added files - {len(deleted)} "
           f"deleted -> {buf} ({buf.stat().st_size // 1024} KiB)")
+    rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    print(f"stage.py: {parts} device calls, one a part; the last one also carries "
+          + ", ".join(f"{rel}/{e}" for e in extras))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / ".gpuhost"))
+    main()
