@@ -6,6 +6,7 @@
 #    $SITE_OFFICIAL  an empty folder: the official rows run the image's Python as is
 #    $SITE_OURS      a hard-linked copy of the installed vllm package with our
 #                    patched files laid over it (PYTHONPATH puts it first)
+#    $SITE_BEFORE    the same for ours before a speed change, when staged (stage.py --before)
 #    $SITE_ARCTIC    ArcticInference (over the official install), when its sdist is in PARTS_DIR
 # (paths and their defaults: hostpaths.sh)
 set -euo pipefail
@@ -21,6 +22,15 @@ cp -al "$installed" "$SITE_OURS/vllm"
 # --unlink-first: never write through a hard link into the official copy.
 tar -xzf "$parts/ours.tar.gz" -C "$SITE_OURS" --unlink-first
 while read -r f; do [[ -n "$f" ]] && rm -f "$SITE_OURS/$f"; done < "$SITE_OURS/DELETED"
+# Ours before a speed change (stage.py --before REV), laid out the same way.
+rm -rf "$SITE_BEFORE"
+if [[ -f $parts/ours-before.tar.gz ]]; then
+  mkdir -p "$SITE_BEFORE"
+  cp -al "$installed" "$SITE_BEFORE/vllm"
+  tar -xzf "$parts/ours-before.tar.gz" -C "$SITE_BEFORE" --unlink-first
+  while read -r f; do [[ -n "$f" ]] && rm -f "$SITE_BEFORE/$f"; done < "$SITE_BEFORE/DELETED"
+  PYTHONPATH=$SITE_BEFORE python3 -c 'import vllm; print("before", vllm.__version__, vllm.__file__)'
+fi
 PYTHONPATH=$SITE_OFFICIAL python3 -c 'import vllm; print("official", vllm.__version__, vllm.__file__)'
 PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__, vllm.__file__)'
 for sdist in "$parts"/arctic_inference-*.tar.gz; do

@@ -5,10 +5,11 @@
 # of session.sh and host-setup.sh (the staging calls in README.md use /root/gh).
 : "${SITE_OFFICIAL:=/tmp/site}"       # empty: the official wheel is pip-installed into the image itself
 : "${SITE_OURS:=/tmp/site-ours}"      # the installed vllm package, hard-linked, ours laid over it
+: "${SITE_BEFORE:=/tmp/site-before}"  # ours before a speed change (stage.py --before), if staged
 : "${SITE_ARCTIC:=/tmp/site-arctic}"  # ArcticInference, a plugin over $SITE_OFFICIAL
 : "${BENCH_DIR:=/root/bench}"         # run.py: results in res/ (what a poll archives), models in models/
 : "${CKPT_DIR:=/root/ckpt}"           # sp_gpu.py: the seeded random checkpoint (15 GB at 8B)
-export SITE_OFFICIAL SITE_OURS SITE_ARCTIC BENCH_DIR CKPT_DIR
+export SITE_OFFICIAL SITE_OURS SITE_BEFORE SITE_ARCTIC BENCH_DIR CKPT_DIR
 # The hosts forbid NVLink multicast (a program that uses it can take the shared
 # GPUs out of service).  vLLM 0.26's FlashInfer all-reduce fusion (on by
 # default at TP > 1 on Hopper) picks FlashInfer's "mnnvl" workspace, which

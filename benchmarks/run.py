@@ -45,6 +45,7 @@ RES = BENCH / "res"
 # and their defaults are benchmarks/hostpaths.sh's, which host-setup.sh installs into.
 _OFFICIAL = os.environ.get("SITE_OFFICIAL", "/tmp/site")
 SITES = {"official": _OFFICIAL, "ours": os.environ.get("SITE_OURS", "/tmp/site-ours"),
+         "before": os.environ.get("SITE_BEFORE", "/tmp/site-before"),   # stage.py --before
          "arctic": os.environ.get("SITE_ARCTIC", "/tmp/site-arctic") + ":" + _OFFICIAL}
 
 LLAMA_31_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -72,6 +73,7 @@ LAYOUTS = {
     "tp2": ("official", 2, ["-tp", "2"]),
     "dp2": ("official", 2, ["-dp", "2"]),
     "sp2": ("ours", 2, ["-sp", "2"]),
+    "sp2_before": ("before", 2, ["-sp", "2"]),     # ours before a speed change (issue 35)
     "shift": ("ours", 2, ["-sp", "2", "--shift-parallel"]),
     "tp4": ("official", 4, ["-tp", "4"]),
     "dp2_tp2": ("official", 4, ["-dp", "2", "-tp", "2"]),
@@ -332,7 +334,8 @@ _INSTALLS: dict[str, str] = {}
 
 def check_install(layout: str, shape: str) -> str:
     """`version path` of the vLLM a layout's servers import (and the peer's version): ours from
-    $SITE_OURS; the official wheel and the peer from the image's own install, never ours.
+    $SITE_OURS (before a change: $SITE_BEFORE); the official wheel and the peer from the
+    image's own install, never ours.
     Checked once per install and run.py process; kept in startup.json."""
     install = LAYOUTS[layout][0]
     if install not in _INSTALLS:
@@ -347,11 +350,13 @@ def check_install(layout: str, shape: str) -> str:
                                + out.stderr[-2000:])
         found = " ".join(out.stdout.split())
         where = os.path.realpath(found.split()[1]) if len(found.split()) > 1 else ""
-        ours = os.path.realpath(SITES["ours"]) + os.sep
-        if shape != "tiny" and (install == "ours") != where.startswith(ours):
+        # ours (and ours before a change) from its own folder; the others from neither
+        site = {k: os.path.realpath(SITES[k]) + os.sep for k in ("ours", "before")}
+        inside = [k for k, d in site.items() if where.startswith(d)]
+        if shape != "tiny" and inside != ([install] if install in site else []):
             raise RuntimeError(f"{layout}: install {install!r} imports {found}; $SITE_OURS is "
-                               f"{SITES['ours']} (ours there, the official wheel and the peer "
-                               "never)")
+                               f"{SITES['ours']}, $SITE_BEFORE {SITES['before']} (ours there, "
+                               "the official wheel and the peer in neither)")
         _INSTALLS[install] = found
     return _INSTALLS[install]
 

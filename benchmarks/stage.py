@@ -20,7 +20,15 @@ resolution brings torch and the CUDA wheels it pins, replacing the image's,
 and the summary names what it replaces.  ``unpack.sh`` then tries the
 install (smoke.py: import, a CUDA matmul, an NCCL all-reduce).
 
+A speed change is measured against the tree before it on the same host
+(issue 35: "each change measured alone"): ``--before REV`` also builds our
+wheel at git revision REV (in a temporary worktree, the same build) and
+stages it as ``ours-before.tar.gz``, which ``host-setup.sh`` lays out as
+``$SITE_BEFORE``; its rows are run.py's ``*_before`` layouts, or any tool
+under ``PYTHONPATH=$SITE_BEFORE``.
+
     ./build.sh --device cuda && python3 benchmarks/stage.py [OUTDIR]   (default .gpuhost)
+    python3 benchmarks/stage.py --before a7f5176     (+ ours-before.tar.gz: ours at a7f5176)
     ./build.sh --device cuda --version 0.33.0 \
         && python3 benchmarks/stage.py --vllm-version 0.33.0       (default .gpuhost-0.33.0)
 """
@@ -105,12 +113,54 @@ def bundle(official: Path, version: str, out: Path) -> tuple[int, int]:
     return parts, total
 
 
+def overlay_tar(official: Path, ours: Path, path: Path) -> tuple[list[str], list[str]]:
+    """Ours as the official wheel's changed and added members, plus the
+    list (``DELETED``) of the members ours drops: ``path``, a .tar.gz."""
+    a, b = members(official), members(ours)
+    changed = sorted(n for n in b if a.get(n) != b[n])
+    deleted = sorted(n for n in a if n not in b)
+    with zipfile.ZipFile(ours) as z, tarfile.open(path, "w:gz") as tar:
+        for name in changed:
+            data = z.read(name)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        listing = ("\n".join(deleted) + "\n").encode()
+        info = tarfile.TarInfo("DELETED")
+        info.size = len(listing)
+        tar.addfile(info, io.BytesIO(listing))
+    return changed, deleted
+
+
+def build_at(rev: str, version: str) -> Path:
+    """Our CUDA wheel as of git revision ``rev``, built in a temporary
+    worktree by that revision's own build.sh (the download cache is shared)."""
+    tree = Path(f"/tmp/stage-before-{rev}")
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                   capture_output=True)
+    shutil.rmtree(tree, ignore_errors=True)
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                   check=True)
+    try:
+        subprocess.run(["./build.sh", "--device", "cuda", "--version", version], cwd=tree,
+                       check=True)
+        whl = tree / "dist" / f"vllm-{version}+sp-cp38-abi3-manylinux_2_28_x86_64.whl"
+        kept = CACHE / f"ours-{version}-{rev}.whl"
+        shutil.copy(whl, kept)
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                       capture_output=True)
+    return kept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", type=Path,
                     help="default .gpuhost (the pin), else .gpuhost-VERSION")
     ap.add_argument("--vllm-version", default=PIN,
                     help=f"the vLLM release to stage (default: the pin, {PIN})")
+    ap.add_argument("--before", metavar="REV",
+                    help="also stage ours as of git revision REV (ours-before.tar.gz)")
     args = ap.parse_args()
     version = args.vllm_version
     out = args.out or ROOT / (".gpuhost" if version == PIN else f".gpuhost-{version}")
@@ -123,21 +173,14 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     parts, total = bundle(official, version, out)
-    a, b = members(official), members(ours)
-    changed = sorted(n for n in b if a.get(n) != b[n])
-    deleted = sorted(n for n in a if n not in b)
-    buf = out / "ours.tar.gz"
-    with zipfile.ZipFile(ours) as z, tarfile.open(buf, "w:gz") as tar:
-        for name in changed:
-            data = z.read(name)
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        listing = ("\n".join(deleted) + "\n").encode()
-        info = tarfile.TarInfo("DELETED")
-        info.size = len(listing)
-        tar.addfile(info, io.BytesIO(listing))
+    changed, deleted = overlay_tar(official, ours, out / "ours.tar.gz")
     extras = ["unpack.sh", "smoke.py", "bundle.sha256", "ours.tar.gz"]
+    if args.before:
+        before = build_at(args.before, version)
+        n, _ = overlay_tar(official, before, out / "ours-before.tar.gz")
+        print(f"stage.py: ours at {args.before}: {len(n)} changed/added files -> "
+              f"{out / 'ours-before.tar.gz'}")
+        extras.append("ours-before.tar.gz")
     if version == ARCTIC_VLLM:
         sys.path.insert(0, str(ROOT / "scripts"))
         from build import fetch  # pip download through the tools venv, checked against the pin
@@ -148,6 +191,7 @@ def main() -> None:
         extras.append(filename)
     print(f"stage.py: vLLM {version}: {parts} parts of at most {part_bytes() >> 20} MiB in "
           f"{out}, {total / 2**30:.2f} GiB in all ({total >> 20} MiB)")
+    buf = out / "ours.tar.gz"
     print(f"stage.py: ours = official + {len(changed)} changed/added files - {len(deleted)} "
           f"deleted -> {buf} ({buf.stat().st_size // 1024} KiB)")
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
