@@ -2,9 +2,14 @@
 """The GPU equivalence suite: every model family at every layout, against TP=1.
 
     python3 equivalence.py ckpt FAMILY DIR                write the seeded random checkpoint
+                                                          (and DIR-eagle3, DIR-mtp: its drafters)
     python3 equivalence.py engine FAMILY DIR LAYOUT OUT   one engine, one JSON
     python3 equivalence.py family FAMILY DIR OUTDIR L..   the layouts at once, one process each
     python3 equivalence.py report OUTDIR [--md FILE]      distances, bounds, pass/fail
+
+``engine`` and ``family`` take ``--cpu``: the same checkpoints and code path
+on vLLM's CPU engine (eager, bfloat16, shorter prompts, one layout at a
+time), a dry run of a row before a GPU lease.
 
 Why this shape: bfloat16 on a GPU is never bit-exact across layouts (each
 splits its sums differently), so a layout is held to the noise of upstream's
@@ -28,6 +33,27 @@ fills each rank's shard on its own.  Prompts are token ids (no tokenizer):
 short, medium, and long ones that chunk (``max_num_batched_tokens``) and
 outrun the sliding windows; a second round of the same prompts reads the
 prefix cache.
+
+Multimodal families (``vl``: Qwen3.5, Qwen2.5-VL, Gemma 3) are written as their
+published multimodal class with a processor beside the weights (a generated
+word-level tokenizer holding the family's vision tokens, the image processor
+with a small pixel budget): nothing is fetched, the host needs only what
+``ckpt`` wrote.  Their prompts add images drawn from seeds (as the CPU
+tests' harness draws them), placeholders in the token ids that the
+processor expands; two prompts differ only in their pixels, one holds two
+images and prefills in chunks.
+
+Speculative rows (``LAYOUT+SPEC``) run drafters that ``ckpt`` writes beside
+the target, seeded and built to predict like it (the CPU tests' drafters):
+an EAGLE-3 head (DIR-eagle3: one layer, whose ``fc`` picks the target's
+last hidden state, the target's norm and LM head) and MTP (DIR-mtp: the
+target's checkpoint plus the MTP layer its family ships, a copy of its last
+full-attention layer behind an ``fc`` that picks the hidden state).  Such a
+drafter is right only where the target repeats itself, which a random model
+of 32000 words never does; so they draft for DIR-repeat, the family's
+checkpoint made to repeat most of its tokens (``make_repeating``), and their
+acceptance rate says whether each draft saw its own request's and
+position's hidden state.
 """
 
 from __future__ import annotations
@@ -37,6 +63,8 @@ import gzip
 import json
 import math
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,7 +78,7 @@ VOCAB = 32000
 # family -> (transformers config class, model class, config kwargs, notes)
 FAMILIES: dict[str, dict] = {
     # Llama-3.1-8B: head_dim 128, GQA 4:1, llama3 rope scaling.
-    "llama": dict(cfg="LlamaConfig", cls="LlamaForCausalLM", kw=dict(
+    "llama": dict(cfg="LlamaConfig", cls="LlamaForCausalLM", drafters=("eagle3",), kw=dict(
         hidden_size=2048, intermediate_size=5632, num_hidden_layers=4, num_attention_heads=16,
         num_key_value_heads=4, head_dim=128, rope_theta=500000.0, max_position_embeddings=131072,
         rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -73,7 +101,8 @@ FAMILIES: dict[str, dict] = {
                       "truncate": False, "original_max_position_embeddings": 4096})),
     # Qwen3-Next-80B-A3B: Gated-DeltaNet (16 key / 32 value heads of 128) and
     # gated attention (head_dim 256) 3:1, MoE with a shared expert.
-    "qwen3_next": dict(cfg="Qwen3NextConfig", cls="Qwen3NextForCausalLM", kw=dict(
+    "qwen3_next": dict(cfg="Qwen3NextConfig", cls="Qwen3NextForCausalLM", gdn=True,
+                       drafters=("mtp",), kw=dict(
         hidden_size=1024, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=8,
         num_key_value_heads=2, head_dim=256, num_experts=16, num_experts_per_tok=4,
         moe_intermediate_size=512, shared_expert_intermediate_size=512, decoder_sparse_step=1,
@@ -96,13 +125,68 @@ FAMILIES: dict[str, dict] = {
         layer_types=["chunked_attention"] * 3 + ["full_attention"], rope_theta=500000.0)),
     # GLM-4.5-Air: head_dim 128, partial rotary 0.5, a dense first layer,
     # grouped top-k MoE with a shared expert.
-    "glm4_moe": dict(cfg="Glm4MoeConfig", cls="Glm4MoeForCausalLM", kw=dict(
+    "glm4_moe": dict(cfg="Glm4MoeConfig", cls="Glm4MoeForCausalLM", drafters=("mtp",), kw=dict(
         hidden_size=1024, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=16,
         num_key_value_heads=4, head_dim=128, n_routed_experts=16, num_experts_per_tok=4,
         n_shared_experts=1, moe_intermediate_size=512, first_k_dense_replace=1,
         partial_rotary_factor=0.5, use_qk_norm=True, n_group=1, topk_group=1,
         num_nextn_predict_layers=0)),
+    # Qwen3.5-27B (Qwen/Qwen3.5-27B) as published, the multimodal class over a
+    # Gated-DeltaNet hybrid: GDN 16 key / 48 value heads of 128, gated
+    # attention 24 heads / 4 KV heads of 256 every fourth layer, partial
+    # rotary 0.25, interleaved M-RoPE [11, 11, 10], the recurrent state in
+    # float32 (its mamba_ssm_dtype); a Qwen3-VL-style vision tower (16 heads
+    # of 72, 16-pixel patches merged 2x2, no deepstack).
+    "qwen3_5": dict(cfg="Qwen3_5Config", cls="Qwen3_5ForConditionalGeneration", vl="qwen3_vl",
+                    gdn=True, text=dict(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=24,
+        num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=48,
+        linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"], mamba_ssm_dtype="float32",
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                         "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                         "mrope_interleaved": True}),
+        vision=dict(depth=2, hidden_size=1152, intermediate_size=4304, num_heads=16,
+                    patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                    num_position_embeddings=2304, out_hidden_size=1024),
+        pixels=dict(size={"shortest_edge": 64 * 64, "longest_edge": 512 * 512}, patch_size=16,
+                    merge_size=2)),
+    # Qwen2.5-VL-3B (Qwen/Qwen2.5-VL-3B-Instruct): the Qwen2 decoder, 16 heads
+    # of 128 and 2 KV heads (fewer than TP*SP: replicated), M-RoPE [16, 24,
+    # 24]; the vision tower's 16 heads of 80, windowed attention (112 pixels)
+    # with full attention every fourth block, 14-pixel patches merged 2x2.
+    "qwen2_5_vl": dict(cfg="Qwen2_5_VLConfig", cls="Qwen2_5_VLForConditionalGeneration",
+                       vl="qwen2_5_vl", text=dict(
+        hidden_size=2048, intermediate_size=5504, num_hidden_layers=4, num_attention_heads=16,
+        num_key_value_heads=2, rope_theta=1000000.0,
+        rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
+        vision=dict(depth=4, hidden_size=1280, intermediate_size=3420, num_heads=16,
+                    out_hidden_size=2048, patch_size=14, spatial_merge_size=2,
+                    temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1, 3]),
+        pixels=dict(min_pixels=56 * 56, max_pixels=448 * 448)),
+    # Gemma 3 4B (google/gemma-3-4b-it), the multimodal class: the Gemma 3
+    # decoder (8 heads / 4 KV heads of 256, sliding 1024 : global 5:1; here
+    # sliding 512) attending to each image's tokens bidirectionally; SigLIP
+    # at 896 pixels (16 heads of 72, 14-pixel patches) pooled to 256 tokens an
+    # image; the embeddings tied, as published.
+    "gemma3_vl": dict(cfg="Gemma3Config", cls="Gemma3ForConditionalGeneration", vl="gemma3",
+                      mm_tokens=256, text=dict(
+        hidden_size=1152, intermediate_size=3072, num_hidden_layers=6, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256, sliding_window=512,
+        layer_types=["sliding_attention"] * 5 + ["full_attention"]),
+        vision=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=2,
+                    num_attention_heads=16, image_size=896, patch_size=14,
+                    vision_use_head=False)),
 }
+# A multimodal family's vision tokens (tokenizer attribute -> token): the
+# generated tokenizer holds them right after <unk> <s> </s>; prompts draw
+# their text from VL_FIRST_ID on, so that no random id is a placeholder.
+_QWEN_VL = {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
+            "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"}
+VL_TOKENS = {"qwen3_vl": _QWEN_VL, "qwen2_5_vl": _QWEN_VL,
+             "gemma3": {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>",
+                        "eoi_token": "<end_of_image>"}}
+VL_FIRST_ID = 16
 # layout -> (tensor_parallel_size, sequence_parallel_size, shift, GPUs)
 LAYOUTS = {"tp1": (1, 1, False, 1), "tp2": (2, 1, False, 2), "sp2": (1, 2, False, 2),
            "shift": (1, 2, True, 2), "tp4": (4, 1, False, 4), "tp2sp2": (2, 2, False, 4),
@@ -112,79 +196,493 @@ BOUNDS = ("tp2", "tp4")
 # drafter), judged by its acceptance rate against TP=1's with the same
 # drafter (within 5 points).  Repetitive prompts give n-gram lookup something
 # to find; the target as its own draft model should accept nearly every draft.
+# EAGLE-3 and MTP run the drafters ``ckpt`` writes beside the target
+# (``drafter_dir``; the families whose entry names them): MTP serves DIR-mtp,
+# the target with its MTP layer, EAGLE-3 the head DIR-eagle3 beside DIR.
 SPECS = {"ngram": dict(method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
                        prompt_lookup_min=2),
-         "draft": dict(method="draft_model", num_speculative_tokens=3)}
+         "draft": dict(method="draft_model", num_speculative_tokens=3),
+         "eagle3": dict(method="eagle3", num_speculative_tokens=3),
+         "mtp": dict(method="mtp", num_speculative_tokens=1)}
+DRAFTED = ("eagle3", "mtp")
 PROMPT_LENGTHS = (17, 300, 1500, 3000)
 MAX_BATCHED = 1024          # the 1500- and 3000-token prompts prefill in chunks
 GEN = 16
+# Workload sizes: on GPUs, and for --cpu (a dry run on vLLM's CPU engine).
+# shared: the shared prefix's length; rep: each repetitive prompt's (spec);
+# img_text: the text runs around the image placeholders (image_prompts).
+SCALES = {
+    "gpu": dict(lengths=PROMPT_LENGTHS, shared=2500, rep=600, img_text=(40, 300, 20, 50, 1300),
+                max_batched=MAX_BATCHED, gen=GEN, max_len=4096),
+    "cpu": dict(lengths=(17, 100, 300), shared=250, rep=120, img_text=(8, 40, 8, 16, 200),
+                max_batched=128, gen=8, max_len=1024),
+}
 
 
 def make_ckpt(family: str, out: Path, seed: int = 0) -> None:
+    """The family's checkpoint at ``out`` (kept if there), with a generated
+    tokenizer (and for a multimodal family its processor) beside it, so that
+    ``vllm serve`` takes it as it is; then the drafters its entry names."""
     import torch
     import transformers
 
     spec = FAMILIES[family]
-    kw = dict(vocab_size=VOCAB, max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
-              tie_word_embeddings=False)
-    kw.update(spec["kw"])
-    cfg = getattr(transformers, spec["cfg"])(**kw)
-    torch.manual_seed(seed)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = getattr(transformers, spec["cls"])(cfg).to(torch.bfloat16)
+    if not (out / "config.json").exists():
+        kw = dict(vocab_size=VOCAB, max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
+                  tie_word_embeddings=False)
+        tmp = out.with_name(out.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        processor, renames = None, ()
+        if spec.get("vl"):
+            kw.pop("tie_word_embeddings")
+            cfg, processor, renames = _multimodal(spec, tmp, kw)
+        else:
+            write_tokenizer(tmp)
+            kw.update(spec["kw"])
+            cfg = getattr(transformers, spec["cfg"])(**kw)
+        torch.manual_seed(seed)
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = getattr(transformers, spec["cls"])(cfg).to(torch.bfloat16)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() >= 2:
+                    p.normal_(0.0, 0.05)
+                elif name.endswith("sinks"):
+                    p.normal_(0.0, 2.0)
+        model.save_pretrained(tmp, safe_serialization=True)
+        if processor is not None:
+            processor.save_pretrained(tmp)
+        if renames:
+            _rename_weights(tmp, renames)
+        meta = json.loads((tmp / "config.json").read_text())
+        meta["torch_dtype"] = "bfloat16"
+        if spec.get("vl") and "mamba_ssm_dtype" in spec["text"]:   # as the published config
+            meta["text_config"]["mamba_ssm_dtype"] = spec["text"]["mamba_ssm_dtype"]
+        (tmp / "config.json").write_text(json.dumps(meta, indent=1))
+        tmp.rename(out)
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()      # the engines this process starts want the GPUs
+    for drafter in spec.get("drafters", ()):
+        make_drafter(family, out, drafter)
+
+
+def write_tokenizer(path: Path, specials: dict[str, str] | None = None,
+                    newlines: bool = False):
+    """A word-level tokenizer of VOCAB words (``w<i>``), ``<unk> <s> </s>``
+    first, then ``specials`` (tokenizer attribute -> token, e.g. the image
+    placeholder a processor expands), then (``newlines``) the runs of
+    newlines Gemma 3's processor wraps an image in, as added tokens; saved
+    at ``path``."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = specials or {}
+    runs = ["\n\n\n\n", "\n\n\n", "\n\n", "\n"] if newlines else []
+    head = ["<unk>", "<s>", "</s>", *specials.values(), *runs]
+    words = head + [f"w{i}" for i in range(VOCAB - len(head))]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_tokens([AddedToken(n, normalized=False) for n in runs])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", extra_special_tokens=specials or None)
+    fast.chat_template = (
+        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}assistant {% endif %}")
+    fast.save_pretrained(path)
+    return fast
+
+
+def _multimodal(spec: dict, tmp: Path, text: dict):
+    """(config, processor, weight renames) of a multimodal family, its
+    tokenizer written at ``tmp``: the image processor as the CPU tests build
+    it (PIL), the published checkpoints' pixel budget cut to ``pixels``."""
+    import transformers
+
+    vl, px = spec["vl"], spec.get("pixels", {})
+    tok = write_tokenizer(tmp, VL_TOKENS[vl], newlines=vl == "gemma3")
+    ids = tok.convert_tokens_to_ids
+    if vl == "gemma3":
+        cfg = transformers.Gemma3Config(
+            text_config={**text, **spec["text"]},
+            vision_config=transformers.SiglipVisionConfig(**spec["vision"]).to_dict(),
+            mm_tokens_per_image=spec["mm_tokens"], boi_token_index=ids("<start_of_image>"),
+            eoi_token_index=ids("<end_of_image>"), image_token_index=ids("<image_soft_token>"),
+            tie_word_embeddings=True)
+        side = spec["vision"]["image_size"]
+        processor = transformers.Gemma3Processor(
+            image_processor=transformers.Gemma3ImageProcessorPil(
+                size={"height": side, "width": side}),
+            tokenizer=tok, image_seq_length=spec["mm_tokens"])
+        # vLLM 0.26 reads SigLIP under vision_tower.vision_model., as the
+        # published checkpoints hold it; transformers 5 saves it a level up.
+        return cfg, processor, [("vision_tower.", "vision_tower.vision_model.")]
+    cfg = getattr(transformers, spec["cfg"])(
+        text_config={**text, **spec["text"]}, vision_config=dict(spec["vision"]),
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False)
+    image = transformers.Qwen2VLImageProcessorPil(**px)
+    if vl == "qwen3_vl":
+        return cfg, transformers.Qwen3VLProcessor(
+            image_processor=image, tokenizer=tok,
+            video_processor=transformers.Qwen3VLVideoProcessor(**px)), []
+    return cfg, transformers.Qwen2_5_VLProcessor(
+        image_processor=image, tokenizer=tok,
+        video_processor=transformers.Qwen2VLVideoProcessor(**px)), []
+
+
+def _rename_weights(ckpt: Path, renames) -> None:
+    from safetensors.torch import load_file, save_file
+
+    for f in ckpt.glob("*.safetensors"):
+        weights = load_file(f)
+        for old, new in renames:
+            weights = {new + k[len(old):] if k.startswith(old) else k: v
+                       for k, v in weights.items()}
+        save_file(weights, f, metadata={"format": "pt"})
+
+
+def image_placeholder(cfg: dict) -> list[int]:
+    """What a prompt's token ids hold where an image goes (the processor
+    expands it): Qwen's <|vision_start|><|image_pad|><|vision_end|>, Gemma
+    3's <start_of_image>."""
+    if "boi_token_index" in cfg:
+        return [cfg["boi_token_index"]]
+    return [cfg["vision_start_token_id"], cfg["image_token_id"], cfg["vision_end_token_id"]]
+
+
+def drafter_dir(ckpt: Path, spec: str) -> Path:
+    return ckpt.with_name(f"{ckpt.name}-{spec}")
+
+
+def spec_target(ckpt: Path, spec: str) -> Path:
+    """The checkpoint a ``LAYOUT+spec`` row serves: DIR-mtp (the repeating
+    target with its MTP layer), DIR-repeat for EAGLE-3, else DIR itself."""
+    if spec == "mtp":
+        return drafter_dir(ckpt, "mtp")
+    return drafter_dir(ckpt, "repeat") if spec == "eagle3" else ckpt
+
+
+def make_drafter(family: str, ckpt: Path, spec: str, seed: int = 0) -> Path:
+    """The ``spec`` drafter of ``ckpt`` (kept if there).  Each predicts like
+    its target (the CPU tests' drafters, tests/harness/drafters.py): its
+    ``fc`` picks the target's last hidden state out of what it is given, a
+    layer with small random weights (or a copy of the target's last
+    full-attention layer) moves it a little, and the target's own final norm
+    and LM head score it; so it proposes roughly the target's token for the
+    position it was given, right whenever the target repeats itself.  The
+    family's own checkpoint never does (0 of ~1500 drafts accepted on the CPU
+    engine: with 32000 words a random model's greedy run does not repeat), so
+    these drafters serve a repeating variant of it (``make_repeating``)."""
+    import torch
+
+    out = drafter_dir(ckpt, spec)
+    if (out / "config.json").exists():
+        return out
+    if spec not in FAMILIES[family].get("drafters", ()):
+        raise SystemExit(f"{family} has no {spec} drafter here (drafters: "
+                         f"{', '.join(FAMILIES[family].get('drafters', ())) or 'none'})")
+    target = make_repeating(family, ckpt)
+    cfg = json.loads((target / "config.json").read_text())
+    w = _tensors(target)
+    h = cfg["hidden_size"]
+    gen = torch.Generator().manual_seed(seed)
+
+    # How little the drafter's own weights move the target's hidden state:
+    # on this repeating target (its hidden state ~50x its token's embedding
+    # for Llama) the CPU tests' std 0.02 in fc and an MTP layer copied whole
+    # outweighed it (8% and 0% of the drafts accepted, where the target
+    # repeated 90% of its tokens).  The layers still run every kernel.
+    def small(*shape: int, std: float = 0.005):
+        return torch.randn(*shape, generator=gen) * std
+
+    def picks_hidden(cols: int):     # [... | hidden]: the last h columns pass the hidden state
+        m = small(h, cols, std=1e-4)
+        m[:, cols - h:] += torch.eye(h)
+        return m
+
+    def quiet(key: str, v):          # a copied layer, its outputs scaled down
+        return v * 0.02 if key.endswith(("o_proj.weight", "down_proj.weight")) else v
+
+    if spec == "eagle3":
+        # An EAGLE-3 head as EAGLE-3 checkpoints ship for Llama 3.1
+        # (LlamaForCausalLMEagle3, one layer over [embedding | fc(hidden
+        # states)], no embedding of its own); it reads the target's hidden
+        # states after the embedding, the middle layer and the last layer.
+        heads, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+        inter, layers = cfg["intermediate_size"], cfg["num_hidden_layers"]
+        t = {"midlayer.self_attn.q_proj.weight": small(heads * hd, 2 * h),
+             "midlayer.self_attn.k_proj.weight": small(kv * hd, 2 * h),
+             "midlayer.self_attn.v_proj.weight": small(kv * hd, 2 * h),
+             "midlayer.self_attn.o_proj.weight": small(h, heads * hd),
+             "midlayer.mlp.gate_proj.weight": small(inter, h),
+             "midlayer.mlp.up_proj.weight": small(inter, h),
+             "midlayer.mlp.down_proj.weight": small(h, inter),
+             "fc.weight": picks_hidden(3 * h),
+             "norm.weight": w["model.norm.weight"].clone(),
+             "lm_head.weight": w["lm_head.weight"].clone()}
+        for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm"):
+            t[f"midlayer.{n}.weight"] = torch.ones(h)
+        head = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                    "num_attention_heads", "num_key_value_heads", "head_dim",
+                                    "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                                    "rope_scaling", "rope_parameters", "bos_token_id",
+                                    "eos_token_id", "hidden_act") if k in cfg}
+        head.update(model_type="llama", architectures=["LlamaForCausalLMEagle3"],
+                    num_hidden_layers=1, torch_dtype="bfloat16", tie_word_embeddings=False,
+                    draft_vocab_size=cfg["vocab_size"], target_hidden_size=h,
+                    eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers])
+        return _write_weights(out, t, head)
+    # MTP: the target's checkpoint with the MTP layer its family ships.
+    if family == "qwen3_next":
+        # Qwen3-Next's mtp.*: a gated-attention MoE decoder layer behind fc
+        # over [embedding | hidden], its norms (1 + weight) zero.
+        full = max(i for i, k in enumerate(cfg["layer_types"]) if k == "full_attention")
+        src = f"model.layers.{full}."
+        t = {"mtp.layers.0." + k[len(src):]: quiet(k, v.clone()) for k, v in w.items()
+             if k.startswith(src)}
+        t["mtp.fc.weight"] = picks_hidden(2 * h)
+        t["mtp.norm.weight"] = w["model.norm.weight"].clone()
+        for n in ("pre_fc_norm_hidden", "pre_fc_norm_embedding"):
+            t[f"mtp.{n}.weight"] = torch.zeros(h)
+    elif family == "glm4_moe":
+        # GLM-4.5's layer num_hidden_layers: a MoE decoder layer behind
+        # eh_proj over [embedding | hidden], with its shared head.
+        n = cfg["num_hidden_layers"]
+        src, dst = f"model.layers.{n - 1}.", f"model.layers.{n}."
+        t = {dst + k[len(src):]: quiet(k, v.clone()) for k, v in w.items()
+             if k.startswith(src)}
+        t[dst + "eh_proj.weight"] = picks_hidden(2 * h)
+        for norm in ("enorm", "hnorm"):
+            t[dst + f"{norm}.weight"] = torch.ones(h)
+        t[dst + "shared_head.norm.weight"] = w["model.norm.weight"].clone()
+        t[dst + "shared_head.head.weight"] = w["lm_head.weight"].clone()
+    else:
+        raise SystemExit(f"no MTP layer written for {family}")
+    cfg["num_nextn_predict_layers"] = 1
+    return _write_weights(out, {**w, **t}, cfg, like=target)
+
+
+# Scales tried for the repeating target, in units of how much the layers add
+# to the residual stream over the embedding (measured per family): the first
+# whose greedy run repeats REPEAT_AT of its tokens is kept.  On the CPU the
+# three families crossed it between 0.07 and 0.18 (Llama: 58% at 0.085, 95%
+# at 0.11), the transition sharp and each family's own: hence small steps.
+REPEAT_LADDER = tuple(round(0.05 * 1.15 ** i, 4) for i in range(16))     # 0.05 .. 0.4
+REPEAT_AT = 0.75
+
+
+def make_repeating(family: str, ckpt: Path) -> Path:
+    """DIR-repeat: the family's checkpoint with its token embedding scaled
+    up and its LM head set to the embedding, so that the residual stream
+    carries the current token past the layers and the greedy run repeats it,
+    switching where the layers outweigh it (a quarter of the tokens or
+    fewer).  Every layer still runs; a drafter that predicts like this target
+    is accepted wherever it repeats, and one handed another request's or
+    position's hidden state, or garbage, is not.  The scale is searched with
+    transformers on this very checkpoint; DIR-repeat/repeat.json records it."""
+    import random
+
+    import torch
+    import transformers
+
+    out = drafter_dir(ckpt, "repeat")
+    if (out / "config.json").exists():
+        return out
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = getattr(transformers, FAMILIES[family]["cls"]).from_pretrained(
+        ckpt, dtype=torch.bfloat16).to(dev)
+    emb = model.get_input_embeddings().weight.data.clone()
+    rng = random.Random(3)
+    ps = [torch.tensor([[rng.randrange(3, VOCAB) for _ in range(n)]], device=dev)
+          for n in (17, 60, 120)]
+    seen = {}
+    hook = model.model.norm.register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.05)
-            elif name.endswith("sinks"):
-                p.normal_(0.0, 2.0)
-    tmp = out.with_suffix(".tmp")
+        model(ps[-1])
+    hook.remove()
+    e = emb[ps[-1][0]].float()
+    ratio = ((seen["x"][0].float() - e).norm(dim=-1) / e.norm(dim=-1)).mean().item()
+    model.lm_head.weight.data.copy_(emb)
+    tried = []
+    for c in REPEAT_LADDER:
+        model.get_input_embeddings().weight.data.copy_(emb * (c * ratio))
+        same = total = 0
+        for p in ps:
+            with torch.no_grad():
+                run = model.generate(p, max_new_tokens=32, do_sample=False)[0, p.shape[1] - 1:]
+            run = run.tolist()
+            same += sum(a == b for a, b in zip(run, run[1:]))
+            total += len(run) - 1
+        tried.append({"scale": round(c * ratio, 2), "repeats": round(same / total, 3)})
+        if same / total >= REPEAT_AT:
+            break
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
     model.save_pretrained(tmp, safe_serialization=True)
+    for f in ckpt.iterdir():
+        if f.is_file() and f.suffix != ".safetensors" and not (tmp / f.name).exists():
+            shutil.copy(f, tmp / f.name)
     meta = json.loads((tmp / "config.json").read_text())
     meta["torch_dtype"] = "bfloat16"
     (tmp / "config.json").write_text(json.dumps(meta, indent=1))
+    (tmp / "repeat.json").write_text(json.dumps({"layers_over_embedding": round(ratio, 1),
+                                                 "tried": tried}, indent=1))
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     tmp.rename(out)
-
-
-def prompts(seed: int = 1, spec: str | None = None) -> list[list[int]]:
-    import random
-
-    rng = random.Random(seed)
-    out = [[rng.randrange(3, VOCAB) for _ in range(n)] for n in PROMPT_LENGTHS]
-    if spec:
-        out += [[rng.randrange(3, VOCAB) for _ in range(k)] * (600 // k) for k in (3, 4, 5, 7)]
-    out.append(out[-1][:2500] + [rng.randrange(3, VOCAB) for _ in range(100)])  # a shared prefix
     return out
 
 
-def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
-    from vllm import LLM, SamplingParams
+def _tensors(ckpt: Path) -> dict:
+    from safetensors.torch import load_file
 
+    out = {}
+    for f in sorted(ckpt.glob("*.safetensors")):
+        out.update(load_file(f))
+    return out
+
+
+def _write_weights(out: Path, tensors: dict, cfg: dict, like: Path | None = None) -> Path:
+    """``tensors`` in bfloat16 and ``cfg`` at ``out``; ``like``: the
+    checkpoint whose other files (tokenizer, generation config) come too."""
+    import torch
+    from safetensors.torch import save_file
+
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for f in (like.iterdir() if like else ()):
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in (
+                "config.json", "model.safetensors.index.json"):
+            shutil.copy(f, tmp / f.name)
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()},
+              tmp / "model.safetensors", metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
+    tmp.rename(out)
+    return out
+
+
+def prompts(seed: int = 1, spec: str | None = None, scale: dict | None = None,
+            first_id: int = 3) -> list[list[int]]:
+    """Token ids from ``first_id`` on (a multimodal family's start past its
+    vision tokens); on GPUs (``scale`` None) the very prompts every family
+    has run with."""
+    import random
+
+    sc = scale or SCALES["gpu"]
+    rng = random.Random(seed)
+    out = [[rng.randrange(first_id, VOCAB) for _ in range(n)] for n in sc["lengths"]]
+    if spec:
+        out += [[rng.randrange(first_id, VOCAB) for _ in range(k)] * (sc["rep"] // k)
+                for k in (3, 4, 5, 7)]
+    out.append(out[-1][:sc["shared"]] + [rng.randrange(first_id, VOCAB) for _ in range(100)])
+    return out
+
+
+def image_prompts(cfg: dict, scale: dict, seed: int = 2) -> list[tuple[list[int], list]]:
+    """(token ids, images as [seed, width, height]) for a multimodal
+    checkpoint's ``cfg``: one image inside text, the same ids with other
+    pixels, and two images of other shapes in a prompt long enough to
+    prefill in chunks."""
+    import random
+
+    rng = random.Random(seed)
+    a, b, c, d, e = ([rng.randrange(VL_FIRST_ID, VOCAB) for _ in range(n)]
+                     for n in scale["img_text"])
+    img = image_placeholder(cfg)
+    one = a + img + b
+    return [(one, [[11, 224, 224]]), (one, [[12, 224, 224]]),
+            (c + img + d + img + e, [[13, 448, 224], [14, 224, 448]])]
+
+
+def _image(seed: int, width: int, height: int):
+    """Seeded random pixels (tests/harness/engine.py draws them so)."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def cpu_env(world: int) -> dict[str, str]:
+    """vLLM's CPU engine: one core per rank, round-robin; eager (no Dynamo)."""
+    cores = os.cpu_count() or 1
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(world)),
+            "TORCHDYNAMO_DISABLE": "1"}
+
+
+def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = False) -> None:
     base, _, spec = layout.partition("+")
     tp, sp, shift, _ = LAYOUTS[base]
-    kwargs = dict(model=str(ckpt), skip_tokenizer_init=True, tensor_parallel_size=tp,
-                  max_model_len=4096, max_num_batched_tokens=MAX_BATCHED, seed=0,
+    if cpu:
+        for k, v in cpu_env(tp * sp).items():
+            os.environ.setdefault(k, v)
+    from vllm import LLM, SamplingParams
+
+    fam = FAMILIES[family]
+    sc = SCALES["cpu" if cpu else "gpu"]
+    model = spec_target(ckpt, spec)
+    kwargs = dict(model=str(model), skip_tokenizer_init=True, tensor_parallel_size=tp,
+                  max_model_len=sc["max_len"], max_num_batched_tokens=sc["max_batched"], seed=0,
                   gpu_memory_utilization=float(os.environ.get("EQ_GPU_UTIL", "0.15")),
                   kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", 2 << 30)))
     if sp > 1:
         kwargs["sequence_parallel_size"] = sp
     if shift:
         kwargs["shift_parallel"] = True
-    if FAMILIES[family].get("eager"):
+    if fam.get("eager"):
         kwargs["enforce_eager"] = True
+    if fam.get("vl"):
+        # The processor needs the tokenizer.  The multimodal processor cache
+        # off: vLLM 0.26's cached path calls the HF processor on a
+        # placeholder without its image, which transformers 5's processors
+        # reject at any layout (tests/test_e2e_families.py).
+        kwargs.update(skip_tokenizer_init=False, mm_processor_cache_gb=0,
+                      limit_mm_per_prompt={"image": 2, "video": 0})
+    if cpu:
+        # vLLM's CPU engine: bfloat16 (its GDN kernels take nothing else), the
+        # GDN state in float32 (0.26's CPU chunk kernel refuses a bf16 one).
+        del kwargs["gpu_memory_utilization"]
+        kwargs.update(enforce_eager=True, dtype="bfloat16",
+                      kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", 512 << 20)))
+        if tp * sp > 1:
+            kwargs["distributed_executor_backend"] = "mp"
+        if fam.get("gdn"):
+            kwargs["mamba_ssm_cache_dtype"] = "float32"
+    repeating = None
     if spec:
         kwargs["speculative_config"] = dict(SPECS[spec])
         kwargs["disable_log_stats"] = False      # the draft and accept counters
         if spec == "draft":
             kwargs["speculative_config"]["model"] = str(ckpt)
+        elif spec == "eagle3":
+            kwargs["speculative_config"]["model"] = str(drafter_dir(ckpt, spec))
+        repeat = drafter_dir(ckpt, "repeat") / "repeat.json"
+        if spec in DRAFTED and repeat.exists():
+            repeating = json.loads(repeat.read_text())
     t0 = time.time()
     llm = LLM(**kwargs)
     start_s = time.time() - t0
     cfg = llm.llm_engine.vllm_config
     pass_cfg = cfg.compilation_config.pass_config
-    ps = prompts(spec=spec or None)
-    inputs = [{"prompt_token_ids": p} for p in ps]
-    gen = GEN * 4 if spec else GEN        # enough drafts to judge a rate by
+    first_id = VL_FIRST_ID if fam.get("vl") else 3
+    ps = prompts(spec=spec or None, scale=None if not cpu else sc, first_id=first_id)
+    inputs: list[dict] = [{"prompt_token_ids": p} for p in ps]
+    images = []
+    if fam.get("vl"):
+        for ids, imgs in image_prompts(json.loads((ckpt / "config.json").read_text()), sc):
+            inputs.append({"prompt_token_ids": ids,
+                           "multi_modal_data": {"image": [_image(*i) for i in imgs]}})
+            images.append(imgs)
+    images = [[]] * len(ps) + images
+    gen = sc["gen"] * 4 if spec else sc["gen"]        # enough drafts to judge a rate by
     first = SamplingParams(max_tokens=gen, temperature=0.0, prompt_logprobs=0, logprobs=0,
                            detokenize=False)
     again = SamplingParams(max_tokens=gen, temperature=0.0, logprobs=0, detokenize=False)
@@ -197,9 +695,10 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
         return None if entry is None else float(entry[tok].logprob)
 
     rows = []
-    for p, a, b in zip(ps, r1, r2):
-        plp = [lp(e, t) for e, t in zip(a.prompt_logprobs, p)][1:]
-        rows.append({"len": len(p), "prompt_lp": plp,
+    for a, b, imgs in zip(r1, r2, images):
+        ids = list(a.prompt_token_ids)      # as the engine saw them: images expanded
+        plp = [lp(e, t) for e, t in zip(a.prompt_logprobs, ids)][1:]
+        rows.append({"len": len(ids), "prompt_lp": plp, "images": imgs,
                      "tokens": list(a.outputs[0].token_ids),
                      "gen_lp": [lp(e, t) for e, t in
                                 zip(a.outputs[0].logprobs, a.outputs[0].token_ids)],
@@ -212,6 +711,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path) -> None:
               if m.name in names} if spec else {}
     out.write_text(json.dumps({
         "family": family, "layout": layout, "spec": counts, "tp": tp, "sp": sp, "shift": shift,
+        "model": model.name, **({"repeating": repeating} if spec in DRAFTED else {}),
+        "device": "cpu" if cpu else "gpu",
         "start_s": round(start_s, 1), "run_s": round(run_s, 2),
         "enforce_eager": cfg.model_config.enforce_eager,
         "cudagraph_mode": str(cfg.compilation_config.cudagraph_mode),
@@ -229,43 +730,69 @@ def _attention_backend(llm) -> str:
         return "?"
 
 
-def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeout: int) -> int:
+def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeout: int,
+               cpu: bool = False) -> int:
     """Every layout of a family at once (each its own process, GPUs shared):
     a family's engines mostly compile on the CPU, so together they take
-    about as long as the slowest."""
+    about as long as the slowest.  ``cpu``: one after the other, each
+    within ``timeout``."""
     outdir.mkdir(parents=True, exist_ok=True)
-    if not (ckpt / "config.json").exists():
-        make_ckpt(family, ckpt)
-    procs = {}
-    for layout in layouts:
-        out = outdir / f"{family}.{layout}.json"
-        if out.exists() or out.with_suffix(".json.gz").exists():   # resumed from a results folder
-            continue
-        gpus = LAYOUTS[layout.partition("+")[0]][3]
-        env = dict(os.environ)
-        if gpus == 1:      # TP=1 beside the others, on the last GPU
-            env["CUDA_VISIBLE_DEVICES"] = str(_gpu_count() - 1)
-        log = open(outdir / f"{family}.{layout}.log", "w")
-        procs[layout] = (subprocess.Popen(
-            [sys.executable, __file__, "engine", family, str(ckpt), layout, str(out)],
-            stdout=log, stderr=subprocess.STDOUT, env=env), log)
-        time.sleep(float(os.environ.get("EQ_STAGGER_S", "5")))
+    # Layouts done already (resumed from a results folder: gzipped) are
+    # skipped; with none left the checkpoint is not even written.
+    todo = [lay for lay in layouts if not any(
+        (outdir / f"{family}.{lay}{ext}").exists() for ext in (".json", ".json.gz"))]
+    if todo:
+        make_ckpt(family, ckpt)       # (kept where it is: then only its missing drafters)
+    procs, hung = {}, set()
     deadline = time.time() + timeout
+    for layout in todo:
+        out = outdir / f"{family}.{layout}.json"
+        base = layout.partition("+")[0]
+        env = dict(os.environ)
+        if cpu:
+            env.update(cpu_env(LAYOUTS[base][0] * LAYOUTS[base][1]))
+            deadline = time.time() + timeout
+        elif LAYOUTS[base][3] == 1:      # TP=1 beside the others, on the last GPU
+            env["CUDA_VISIBLE_DEVICES"] = str(_gpu_count() - 1)
+        (outdir / f"{family}.{layout}.failed").unlink(missing_ok=True)    # an earlier try's
+        log = open(outdir / f"{family}.{layout}.log", "w")
+        # Its own session: a hung engine is killed with its workers, which
+        # would otherwise hold their GPUs through the families after it.
+        procs[layout] = (subprocess.Popen(
+            [sys.executable, __file__, "engine", family, str(ckpt), layout, str(out),
+             *(["--cpu"] if cpu else [])],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True), log)
+        if cpu and not _wait(procs[layout][0], deadline):
+            hung.add(layout)
+        elif not cpu:
+            time.sleep(float(os.environ.get("EQ_STAGGER_S", "5")))
     rc = 0
     for layout, (proc, log) in procs.items():
-        try:
-            proc.wait(max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if layout in hung or (proc.returncode is None and not _wait(proc, deadline)):
+            rc = 1
             (outdir / f"{family}.{layout}.failed").write_text(f"hang: killed after {timeout} s\n")
-        log.close()
-        if proc.returncode:
+            print(f"{family} {layout}: FAILED (hang)", flush=True)
+        elif proc.returncode:
             rc = 1
             tail = (outdir / f"{family}.{layout}.log").read_text().splitlines()[-40:]
             (outdir / f"{family}.{layout}.failed").write_text(
                 f"exit {proc.returncode}\n" + "\n".join(tail) + "\n")
             print(f"{family} {layout}: FAILED (exit {proc.returncode})", flush=True)
     return rc
+
+
+def _wait(proc: subprocess.Popen, deadline: float) -> bool:
+    """Wait for ``proc`` until ``deadline``; past it, kill it (False)."""
+    try:
+        proc.wait(max(1, deadline - time.time()))
+        return True
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        return False
 
 
 def _gpu_count() -> int:
@@ -355,7 +882,8 @@ def report(outdir: Path, md: Path | None) -> int:
                 f"{'' if name in BOUNDS else f'{bound:.4f}'} | "
                 f"{d['max']:.3f} | {d['greedy_same']}/{d['n']} | {d['cached_same']}/{d['n']} | "
                 f"{d['cached_tokens']} | {r['fuse_allreduce_rms']} | {r['start_s']} | "
-                f"{'pass' if ok else '**FAIL**'}{' (NaN)' if d['nan'] else ''} |")
+                f"{'pass' if ok else '**FAIL**'}{' (NaN)' if d['nan'] else ''}"
+                f"{' (no TP=2/TP=4 row to bound it)' if not bound_src else ''} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if md:
@@ -388,22 +916,29 @@ def main() -> None:
     e.add_argument("dir", type=Path)
     e.add_argument("layout", type=_layout)
     e.add_argument("out", type=Path)
+    e.add_argument("--cpu", action="store_true", help="vLLM's CPU engine (a dry run)")
     f = sub.add_parser("family")
     f.add_argument("family", choices=FAMILIES)
     f.add_argument("dir", type=Path)
     f.add_argument("outdir", type=Path)
     f.add_argument("layouts", nargs="+", type=_layout)
     f.add_argument("--timeout", type=int, default=600)
+    f.add_argument("--cpu", action="store_true", help="vLLM's CPU engine, one layout at a time")
     r = sub.add_parser("report")
     r.add_argument("outdir", type=Path)
     r.add_argument("--md", type=Path)
     a = ap.parse_args()
+    for layout in getattr(a, "layouts", None) or [getattr(a, "layout", "")]:
+        spec = layout.partition("+")[2]
+        if spec in DRAFTED and spec not in FAMILIES[a.family].get("drafters", ()):
+            ap.error(f"{layout}: {a.family} has no {spec} drafter here (drafters: "
+                     f"{', '.join(FAMILIES[a.family].get('drafters', ())) or 'none'})")
     if a.cmd == "ckpt":
         make_ckpt(a.family, a.dir)
     elif a.cmd == "engine":
-        run_engine(a.family, a.dir, a.layout, a.out)
+        run_engine(a.family, a.dir, a.layout, a.out, a.cpu)
     elif a.cmd == "family":
-        sys.exit(run_family(a.family, a.dir, a.outdir, a.layouts, a.timeout))
+        sys.exit(run_family(a.family, a.dir, a.outdir, a.layouts, a.timeout, a.cpu))
     else:
         sys.exit(report(a.outdir, a.md))
 
