@@ -21,3 +21,36 @@ step eq_llama_spec env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py
   --timeout 600
 step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
+# Issue 32's rows that no lease has reached yet, highest value first (each a
+# step, skipped once done; a family resumed from a results folder skips its
+# gzipped layouts): Qwen3.5 as published (the multimodal class over its GDN
+# hybrid, image prompts included), Qwen2.5-VL with images, then speculative
+# decoding with drafters that `equivalence.py ckpt` writes beside the target
+# (an EAGLE-3 head for Llama; the MTP layers of the hybrid Qwen3-Next and of
+# GLM-4.5; each drafting for the family's checkpoint made to repeat most of
+# its tokens, so that acceptance means something) under Shift against TP=1
+# with the same drafter, then the dead rank (dead_rank.py: SIGKILL of the last
+# worker mid-stream; the requests' errors within 60 s, the server's exit, no
+# GPU memory left) under Shift and at plain TP, the latter on the official
+# wheel (upstream's behaviour), then Gemma 3 with images (SigLIP, image tokens
+# attended bidirectionally), then the report.  GPU minutes, guessed from the
+# first lease's families (3-6 min each): Qwen3.5 ~5, Qwen2.5-VL ~4, each
+# speculative pair ~3-5 (its checkpoints' writing ~1), the dead rank ~3 per
+# layout, Gemma 3 ~4.
+for fam in qwen3_5 qwen2_5_vl; do
+  step "eq_$fam" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+    "$CKPT_DIR/$fam" "$res/equiv" "${layouts[@]}" --timeout 900
+done
+step eq_llama_eagle3 env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
+  "$CKPT_DIR/llama" "$res/equiv" tp1+eagle3 "$shift_layout+eagle3" --timeout 900
+for fam in qwen3_next glm4_moe; do
+  step "eq_${fam}_mtp" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family \
+    "$fam" "$CKPT_DIR/$fam" "$res/equiv" tp1+mtp "$shift_layout+mtp" --timeout 900
+done
+step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 benchmarks/dead_rank.py shift \
+  --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/shift.json"
+step dead_rank_tp env PYTHONPATH="$SITE_OFFICIAL" python3 benchmarks/dead_rank.py tp \
+  --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/tp.json"
+step eq_gemma3_vl env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family gemma3_vl \
+  "$CKPT_DIR/gemma3_vl" "$res/equiv" "${layouts[@]}" --timeout 900
+step eq_report_all python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
