@@ -72,6 +72,12 @@ def assert_no_further(ref: Run, bound: Run | float, got: Run, *, what: str = "")
     for i, k in enumerate(got_len):
         if k == min(len(ref.tokens[i]), len(got.tokens[i])):
             continue
+        if isinstance(bound, Run) and got.tokens[i] == bound.tokens[i]:
+            # ``bound``'s own departure, token for token: no further than it.  (The
+            # trusted bound need not part from ``ref`` at a near-tie itself: upstream's
+            # TP=1 and TP=2 of the hybrid with MTP part with TP=2's token outside TP=1's
+            # top 3 on the AVX2 kernels.)
+            continue
         a, b = ref.tokens[i][k], got.tokens[i][k]
         ref_top, got_top = ref.top[i][k], got.top[i][k]
         lead = (ref_top[a] - ref_top[b] if b in ref_top else float("inf")) + \
