@@ -19,6 +19,14 @@
 four=0
 (( $(nvidia-smi -L 2>/dev/null | wc -l) >= 4 )) && four=1
 P="python3 benchmarks/step_profile.py"
+# 0. Correct first: the GPU equivalence suite's Llama (vLLM 0.26 runs dense models on its V2
+#    runner on GPUs, which the CPU engine cannot run) at TP=1, TP=2, SP=2 and Shift; its 2nd
+#    round asks no prompt logprobs, so SP's prefills gather only the sampled rows, and the
+#    report holds that round's first token to TP=2's distance from TP=1 (~4 min).
+step eq_rows env PYTHONPATH=$SITE_OURS python3 benchmarks/equivalence.py family llama \
+  "$CKPT_DIR/llama" "$res/equiv-rows" tp1 tp2 sp2 shift --timeout 600
+step eq_rows_report python3 benchmarks/equivalence.py report "$res/equiv-rows" \
+  --md "$res/equiv-rows/report.md"
 # 1. The gather of the last hidden states: ours (sampled rows only) against before, SP=2,
 #    with TP=1 as the reference, at 8k and 32k.  Shift at TP=2 also says whether its
 #    models fuse FlashInfer's all-reduce (the 4xH200 equivalence run saw no workspace).
