@@ -22,7 +22,8 @@ conflicts with markers, resolved with any git tool.
 Per patch the tool says ``clean`` (the patch file applies as it is),
 ``merged`` (3-way merge needed, no conflict), ``empty`` (upstream already
 has the change: dropped), ``conflict`` (stopped; the files are named) or
-``resolved`` (a conflict resolved by hand before ``--continue``).  It
+``resolved`` (a conflict resolved by hand before ``--continue``; resolved
+to upstream's side, it is ``empty`` too).  It
 replays the newest series under patches/ (``--from`` to choose another).
 At the end it exports ``patches/v<new>/`` (patch headers and the
 series' grouping comments kept, files named by slug, SHA256SUMS of the
@@ -269,10 +270,17 @@ def resume(state: dict, message: Path | None) -> None:
     if left:
         state["stopped"] = [name, files]
         raise b.BuildError(f"{name}: conflict markers left in {', '.join(left)}")
-    commit(tree, state["todo"][0][0], message)
-    state["done"].append([name, "resolved", files])
+    b.git(tree, "add", "-A", "-f")
+    if b.git(tree, "diff", "--cached", "--quiet", check=False).returncode == 0:
+        # Resolved to upstream's side: the new release does it its own way (the patch's
+        # Drop-When met by another upstream change), so the patch goes, as an empty one does.
+        state["done"].append([name, "empty", files])
+        log(f"{name}: empty (resolved to upstream's side of {', '.join(files)})")
+    else:
+        commit(tree, state["todo"][0][0], message)
+        state["done"].append([name, "resolved", files])
+        log(f"{name}: resolved by hand ({', '.join(files)})")
     state["todo"].pop(0)
-    log(f"{name}: resolved by hand ({', '.join(files)})")
     save(state)
 
 

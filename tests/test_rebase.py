@@ -142,6 +142,21 @@ def test_stops_at_conflict_then_continues_and_exports(toy):
     assert not (toy / "work" / "state.json").exists()
 
 
+def test_conflict_resolved_to_upstreams_side_drops_the_patch(toy):
+    """A conflict resolved by taking upstream's side (the new release fixed
+    the same thing its own way) leaves nothing to carry: the patch is
+    dropped as an empty one is, not exported as a patch without a diff."""
+    assert rebase(toy, "0.2.0").returncode == 1
+    tree = toy / "work" / "tree"
+    subprocess.run(["git", "checkout", "--ours", "vllm/runner.py"], cwd=tree, check=True)
+    r = rebase(toy, "--continue")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "| runner-step.patch | empty | vllm/runner.py |" in r.stdout
+    out = toy / "patches" / "v0.2.0"
+    assert not (out / "runner-step.patch").exists()
+    assert "runner-step.patch" not in (out / "series").read_text()
+
+
 def test_existing_port_keeps_its_patches_and_ports_a_new_one(toy):
     """A patch added to the older series after the port (the usual case:
     a feature lands on the CPU-tested release first) is ported alone: the
