@@ -90,13 +90,22 @@ def bundle(official: Path, version: str, out: Path) -> tuple[int, int]:
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "user_env.py"), str(official),
                     str(deps)], check=True)
     size = part_bytes()
-    h = hashlib.sha256()
     tar_path = out / "bundle.tar"
     with tarfile.open(tar_path, mode="w") as tar:
         tar.add(official, f"bundle/{official.name}")
         for whl in sorted(deps.glob("*.whl")):
             tar.add(whl, f"bundle/deps/{whl.name}")
         tar.add(deps / "lock.txt", "bundle/lock.txt")
+    parts, total = cut_parts(tar_path, out, size)
+    for script in ("unpack.sh", "smoke.py"):
+        shutil.copy(ROOT / "benchmarks" / script, out / script)
+    return parts, total
+
+
+def cut_parts(tar_path: Path, out: Path, size: int) -> tuple[int, int]:
+    """``tar_path`` -> out/part00.. of ``size`` bytes and out/bundle.sha256
+    (of the whole); the tar is removed.  Returns (parts, bytes)."""
+    h = hashlib.sha256()
     parts = 0
     with open(tar_path, "rb") as f:
         while chunk := f.read(size):
@@ -105,11 +114,9 @@ def bundle(official: Path, version: str, out: Path) -> tuple[int, int]:
             parts += 1
     total = tar_path.stat().st_size
     tar_path.unlink()
-    if parts > 100:     # unpack.sh joins part* in the shell's order: two digits
+    if parts > 100:     # the unpack scripts join part* in the shell's order: two digits
         raise SystemExit(f"stage.py: {parts} parts: more than part00..part99")
     (out / "bundle.sha256").write_text(h.hexdigest() + "\n")
-    for script in ("unpack.sh", "smoke.py"):
-        shutil.copy(ROOT / "benchmarks" / script, out / script)
     return parts, total
 
 

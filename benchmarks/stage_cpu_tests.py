@@ -39,7 +39,6 @@ alone: the staging fails unless that gives exactly the same packages.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import os
@@ -58,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 # What the working tree leaves of a call; the host's picture, pip's target, the cache.
-from stage import part_bytes  # noqa: E402
+from stage import cut_parts, part_bytes  # noqa: E402
 from user_env import IMAGE, TARGET, _host_only, _norm, download, sha256_file  # noqa: E402
 
 PIN = (ROOT / "VLLM_VERSION").read_text().strip()
@@ -289,16 +288,7 @@ def main() -> None:
         add_text(tar, "bundle/requirements.txt", "\n".join(reqs) + "\n")
         add_text(tar, "bundle/image.txt", "\n".join(sorted(kept)) + "\n")
         add_text(tar, "bundle/manifest.json", json.dumps(manifest, indent=1) + "\n")
-    h = hashlib.sha256()
-    parts = 0
-    with open(tar_path, "rb") as f:
-        while chunk := f.read(size):
-            (out / f"part{parts:02d}").write_bytes(chunk)
-            h.update(chunk)
-            parts += 1
-    total = tar_path.stat().st_size
-    tar_path.unlink()
-    (out / "bundle.sha256").write_text(h.hexdigest() + "\n")
+    parts, total = cut_parts(tar_path, out, size)
     shutil.copy(HERE / "unpack_cpu_tests.sh", out / "unpack_cpu_tests.sh")
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
     log(f"{parts} parts of at most {size >> 20} MiB in {rel}, {total >> 20} MiB in all "

@@ -47,6 +47,9 @@ import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "scripts"))
+from build import sha256_file  # noqa: E402  (the build's own, for the same download cache)
+
 IMAGE = HERE / "host" / "image-cp312.json"
 DOWNLOADS = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp")) / "downloads"
 TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
@@ -135,14 +138,6 @@ def resolve(wheel: Path) -> list[dict]:
                 raise SystemExit("user_env.py: pip could not resolve:\n" + "\n".join(tail))
             kept = {n: v for n, v in kept.items() if _norm(n) not in ruled_out}
         raise SystemExit("user_env.py: the resolution did not settle")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def cached_resolve(wheel: Path, dest: Path) -> list[dict]:
