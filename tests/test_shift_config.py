@@ -126,3 +126,47 @@ def test_full_tp_model_does_not_fuse_over_the_sp_models_group(llama):
     assert cfg.compilation_config.pass_config.fuse_allreduce_rms
     assert (full.compilation_config.compute_hash()
             != cfg.compilation_config.compute_hash())
+
+
+def test_drafter_under_shift_does_not_fuse_over_the_sp_models_group(llama, monkeypatch):
+    """Under Shift a drafter runs in the full-TP layout (its all-reduces
+    span TP*SP ranks), so, like the full-TP model, it is built from a config
+    without the fused all-reduce: the one FlashInfer workspace belongs to
+    the SP model's TP group.  Its layers still join the runner's table, and
+    the proposer keeps its own config afterwards."""
+    from contextlib import nullcontext
+
+    from vllm.distributed import shift, ulysses
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    cfg = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2,
+                        shift_parallel=True)
+    cfg.compilation_config.pass_config.fuse_allreduce_rms = True     # as on Hopper
+    seen = []
+
+    class Proposer(SpecDecodeBaseProposer):
+        def __init__(self):             # only what place_drafter and load_model touch
+            self.vllm_config = cfg
+            self._draft_attn_layer_names = []
+
+        def load_model(self, target):
+            cc = self.vllm_config.compilation_config
+            table = cfg.compilation_config.static_forward_context
+            seen.append((cc.pass_config.fuse_allreduce_rms, cc.static_forward_context is table))
+
+    monkeypatch.setattr(ulysses, "as_full_tp", nullcontext)     # no process groups here
+    drafter = shift.place_drafter(Proposer(), cfg)
+    drafter.load_model(object())
+    assert seen == [(False, True)]
+    assert drafter.vllm_config is cfg and cfg.compilation_config.pass_config.fuse_allreduce_rms
+
+
+def test_shift_refuses_flashinfer_standalone_allreduce(llama, monkeypatch):
+    """VLLM_ALLREDUCE_USE_FLASHINFER=1 routes every TP all-reduce through the
+    one FlashInfer workspace, which only one of Shift's two groups can own."""
+    monkeypatch.setenv("VLLM_ALLREDUCE_USE_FLASHINFER", "1")
+    with pytest.raises(Exception) as excinfo:
+        engine_config(llama, sequence_parallel_size=2, shift_parallel=True)
+    assert "--shift-parallel" in error_line(excinfo, "VLLM_ALLREDUCE_USE_FLASHINFER=1")
+    monkeypatch.delenv("VLLM_ALLREDUCE_USE_FLASHINFER")
+    engine_config(llama, sequence_parallel_size=2, shift_parallel=True)

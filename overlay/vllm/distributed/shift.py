@@ -143,6 +143,14 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError(f"--shift-parallel cannot load '{config.load_config.load_format}' "
                          "checkpoints: they hold one TP layout's shards, the full-TP model "
                          "needs another; use a plain checkpoint")
+    import vllm.envs as envs
+    if getattr(envs, "VLLM_ALLREDUCE_USE_FLASHINFER", False):
+        # One FlashInfer workspace per process, made for the first group
+        # that asks (see ulysses.without_fused_allreduce): the other model's
+        # all-reduces would sum over the wrong GPUs.
+        raise ValueError("--shift-parallel does not work with VLLM_ALLREDUCE_USE_FLASHINFER=1 "
+                         "yet (both models would share one FlashInfer all-reduce workspace "
+                         "over different GPUs): unset it")
     budget = config.scheduler_config.max_num_batched_tokens
     t = effective_threshold(config)
     if budget is not None and budget <= t:
@@ -386,12 +394,18 @@ def place_drafter(drafter: Any, config: VllmConfig) -> Any:
 
     def load_in_full_tp(target: torch.nn.Module) -> None:
         global _DRAFTING
+        # The drafter's all-reduces run over the full-TP group: compiled
+        # without the fused all-reduce, as the full-TP model is (its model
+        # keeps the config it is built with; the proposer gets its own back).
+        config = drafter.vllm_config
+        drafter.vllm_config = ulysses.without_fused_allreduce(config)
         _DRAFTING = True
         try:
             with ulysses.as_full_tp():
                 load_model(full_tp_model() or target)
         finally:
             _DRAFTING = False
+            drafter.vllm_config = config
         if _STATE is not None:
             _STATE.drafter_layers = set(drafter._draft_attn_layer_names)
 

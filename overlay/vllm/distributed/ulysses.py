@@ -173,17 +173,11 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     state by it.  With SP=1, ``vllm_config`` itself.
 
     A copy with its own, empty table of layers by name, so that a model
-    built with it does not clash with the SP model's names.
-    ``shift_parallel`` stays as it is: the compile caches key on the
-    config's hash, and the full-TP model's graphs name the full-TP group,
-    so they must never be mistaken for a genuine TP=TP*SP run's (which
-    name ``tp``).
-
-    FlashInfer's fused all-reduce + RMSNorm (on by default at TP > 1 on
-    Hopper) is off in the copy: vLLM keeps one FlashInfer workspace per
-    process, made for the first group that asks, the SP model's TP group,
-    while this model's all-reduces span the TP*SP ranks of the full-TP
-    group."""
+    built with it does not clash with the SP model's names, and without the
+    fused all-reduce (``without_fused_allreduce``).  ``shift_parallel``
+    stays as it is: the compile caches key on the config's hash, and the
+    full-TP model's graphs name the full-TP group, so they must never be
+    mistaken for a genuine TP=TP*SP run's (which name ``tp``)."""
     pc = vllm_config.parallel_config
     if pc.sequence_parallel_size == 1:
         return vllm_config
@@ -193,11 +187,29 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     cc = copy.copy(vllm_config.compilation_config)
     cc.static_forward_context = {}
     cc.static_all_moe_layers = []
-    if getattr(cc.pass_config, "fuse_allreduce_rms", False):
-        cc.pass_config = copy.copy(cc.pass_config)
-        cc.pass_config.fuse_allreduce_rms = False
     cfg = copy.copy(vllm_config)
     cfg.parallel_config = full
+    cfg.compilation_config = cc
+    return without_fused_allreduce(cfg)
+
+
+def without_fused_allreduce(vllm_config: VllmConfig) -> VllmConfig:
+    """``vllm_config`` for a model whose all-reduces run over the full-TP
+    group (Shift's full-TP model, its drafter): a copy whose compilation
+    leaves out FlashInfer's fused all-reduce + RMSNorm (on by default at
+    TP > 1 on Hopper).  vLLM keeps one FlashInfer workspace per process,
+    made for the first group that asks, and at run time the fused op takes
+    it whatever group it reduces over: the SP model's TP group has it, and
+    a full-TP all-reduce through it would sum over the wrong GPUs.  The
+    copy shares everything else, the table of layers by name included.
+    Without the fusion, ``vllm_config`` itself."""
+    cc = vllm_config.compilation_config
+    if not getattr(cc.pass_config, "fuse_allreduce_rms", False):
+        return vllm_config
+    cc = copy.copy(cc)
+    cc.pass_config = copy.copy(cc.pass_config)
+    cc.pass_config.fuse_allreduce_rms = False
+    cfg = copy.copy(vllm_config)
     cfg.compilation_config = cc
     return cfg
 
