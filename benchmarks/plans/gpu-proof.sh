@@ -3,54 +3,63 @@
 # `pip install vllm` gives on the host's image (unpack.sh: pip check and
 # versions in $res/env.txt), every family at TP=1 (reference), TP=2 and TP=4
 # (the noise bound), SP=2, Shift (SP=2), TP=2xSP=2 and its Shift, each at
-# vLLM's defaults.  A family's layouts run at once; families one after the
-# other, highest value first.  Report (here or on the host):
+# vLLM's defaults (Shift's threshold below the batch budget, so that both its
+# models run: equivalence.py SCALES).  Resumed from the last results folder
+# (its rows are gzipped), a family runs only its missing layouts, plus TP=1
+# again (tp1_again): whether this lease's rows compare with that folder's.
+# Report (here or on the host):
 #   python3 benchmarks/equivalence.py report RES/equiv --md RES/equiv/report.md
+#
+# A step's minutes are mostly its engines' start-up (compile, graphs: 1-5
+# min, on the host's CPUs; each rank ~3.5 GiB of GPU memory within the 2 GiB
+# KV budget), so the steps of a group run at once (`&`, then wait), as a
+# family's layouts already do, with vLLM's start-up check of free memory
+# (gpu_memory_utilization x the card; nothing else reads it under
+# kv_cache_memory_bytes) lowered to what one rank takes.  The groups are
+# sized for the resumed state of 2026-11-26 (each family missing its two
+# Shift rows, 9-16 engines a group); a run from nothing starts a family's
+# seven layouts per step and should take the families two at a time.
+# Groups, highest value first, GPU minutes guessed from 4xH100:
+# 1. Shift's two rows of Llama, GPT-OSS, Qwen3-MoE, Qwen3-Next (~5);
+# 2. speculative decoding under Shift against TP=1 with the same drafter,
+#    each drafting for the family's checkpoint made to repeat most of its
+#    tokens (equivalence.py REPEATING): n-gram lookup, the target as its
+#    own draft model and an EAGLE-3 head (Llama), the MTP layers of the
+#    hybrid Qwen3-Next and of GLM-4.5 (~6);
+# 3. the dead rank, alone (it reads every GPU's memory): dead_rank.py's
+#    SIGKILL of the last worker mid-stream under Shift, then at plain TP on
+#    the official wheel (upstream's behaviour) (~6);
+# 4. Shift's rows of Gemma 3, GLM-4.5, Llama 4, and Gemma 3 with images
+#    (SigLIP, image tokens attended bidirectionally) (~6);
+# 5. Qwen3.5 as published (the multimodal class over its GDN hybrid) and
+#    Qwen2.5-VL, with images (~5); then the report.
 layouts=(tp1 tp2 sp2 shift)
 (( $(nvidia-smi -L | wc -l) >= 4 )) && layouts+=(tp4 tp2sp2 tp2sp2_shift)
-step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
-for fam in llama gpt_oss qwen3_next qwen3_moe gemma3 glm4_moe llama4; do
-  step "eq_$fam" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
-    "$CKPT_DIR/$fam" "$res/equiv" "${layouts[@]}" --timeout 600
-done
-# Speculative decoding with graphs, under Shift at the largest layout lent,
-# against TP=1 with the same drafter (n-gram; the target as its own draft model).
 shift_layout=shift; (( $(nvidia-smi -L | wc -l) >= 4 )) && shift_layout=tp2sp2_shift
-step eq_llama_spec env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
-  "$CKPT_DIR/llama" "$res/equiv" tp1+ngram "$shift_layout+ngram" tp1+draft "$shift_layout+draft" \
-  --timeout 600
-step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
-step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
-# Issue 32's rows that no lease has reached yet, highest value first (each a
-# step, skipped once done; a family resumed from a results folder skips its
-# gzipped layouts): Qwen3.5 as published (the multimodal class over its GDN
-# hybrid, image prompts included), Qwen2.5-VL with images, then speculative
-# decoding with drafters that `equivalence.py ckpt` writes beside the target
-# (an EAGLE-3 head for Llama; the MTP layers of the hybrid Qwen3-Next and of
-# GLM-4.5; each drafting for the family's checkpoint made to repeat most of
-# its tokens, so that acceptance means something) under Shift against TP=1
-# with the same drafter, then the dead rank (dead_rank.py: SIGKILL of the last
-# worker mid-stream; the requests' errors within 60 s, the server's exit, no
-# GPU memory left) under Shift and at plain TP, the latter on the official
-# wheel (upstream's behaviour), then Gemma 3 with images (SigLIP, image tokens
-# attended bidirectionally), then the report.  GPU minutes, guessed from the
-# first lease's families (3-6 min each): Qwen3.5 ~5, Qwen2.5-VL ~4, each
-# speculative pair ~3-5 (its checkpoints' writing ~1), the dead rank ~3 per
-# layout, Gemma 3 ~4.
-for fam in qwen3_5 qwen2_5_vl; do
-  step "eq_$fam" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
-    "$CKPT_DIR/$fam" "$res/equiv" "${layouts[@]}" --timeout 900
-done
-step eq_llama_eagle3 env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
-  "$CKPT_DIR/llama" "$res/equiv" tp1+eagle3 "$shift_layout+eagle3" --timeout 900
-for fam in qwen3_next glm4_moe; do
-  step "eq_${fam}_mtp" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family \
-    "$fam" "$CKPT_DIR/$fam" "$res/equiv" tp1+mtp "$shift_layout+mtp" --timeout 900
-done
+export EQ_GPU_UTIL=0.06
+
+eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
+  local name=$1 fam=$2; shift 2
+  local again=()
+  [[ -f "$res/equiv/$fam.tp1.json.gz" ]] && again=(tp1_again)
+  step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+    "$CKPT_DIR/$fam" "$res/equiv" "$@" "${again[@]}" --timeout 900
+}
+
+step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
+for fam in llama gpt_oss qwen3_moe qwen3_next; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+wait
+eq eq_llama_spec llama tp1+ngram "$shift_layout+ngram" tp1+draft "$shift_layout+draft" \
+  tp1+eagle3 "$shift_layout+eagle3" &
+for fam in qwen3_next glm4_moe; do eq "eq_${fam}_mtp" "$fam" tp1+mtp "$shift_layout+mtp" & done
+wait
 step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 benchmarks/dead_rank.py shift \
   --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/shift.json"
 step dead_rank_tp env PYTHONPATH="$SITE_OFFICIAL" python3 benchmarks/dead_rank.py tp \
   --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/tp.json"
-step eq_gemma3_vl env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family gemma3_vl \
-  "$CKPT_DIR/gemma3_vl" "$res/equiv" "${layouts[@]}" --timeout 900
-step eq_report_all python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
+for fam in gemma3 glm4_moe llama4 gemma3_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+wait
+step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
+for fam in qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+wait
+step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
