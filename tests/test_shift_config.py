@@ -161,12 +161,30 @@ def test_drafter_under_shift_does_not_fuse_over_the_sp_models_group(llama, monke
     assert drafter.vllm_config is cfg and cfg.compilation_config.pass_config.fuse_allreduce_rms
 
 
-def test_shift_refuses_flashinfer_standalone_allreduce(llama, monkeypatch):
-    """VLLM_ALLREDUCE_USE_FLASHINFER=1 routes every TP all-reduce through the
-    one FlashInfer workspace, which only one of Shift's two groups can own."""
-    monkeypatch.setenv("VLLM_ALLREDUCE_USE_FLASHINFER", "1")
-    with pytest.raises(Exception) as excinfo:
-        engine_config(llama, sequence_parallel_size=2, shift_parallel=True)
-    assert "--shift-parallel" in error_line(excinfo, "VLLM_ALLREDUCE_USE_FLASHINFER=1")
-    monkeypatch.delenv("VLLM_ALLREDUCE_USE_FLASHINFER")
-    engine_config(llama, sequence_parallel_size=2, shift_parallel=True)
+def test_full_tp_group_leaves_flashinfer_allreduce_to_the_tp_group(monkeypatch):
+    """From vLLM 0.32 every CUDA group's communicator all-reduces through
+    FlashInfer by default, and the process has one FlashInfer workspace,
+    made for the first group that asks, used whatever group asks later: the
+    full-TP group (Shift's full-TP model, its drafter) must not use it."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.distributed import parallel_state, ulysses
+
+    made = []
+
+    def group(ranks, local_rank, backend, group_name):
+        g = SimpleNamespace(ranks=ranks[0], world_size=len(ranks[0]), rank_in_group=0,
+                            device_communicator=SimpleNamespace(fi_ar_comm=object()),
+                            _all_gather_out_place=lambda x, dim: x,
+                            gather=lambda x, dst=0, dim=-1: x)
+        made.append((group_name, g))
+        return g
+
+    monkeypatch.setattr(parallel_state, "init_model_parallel_group", group)
+    monkeypatch.setattr(ulysses.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(ulysses, "_SP", None)
+    monkeypatch.setattr(ulysses, "_FULL_TP", None)
+    ulysses.init_groups(torch.arange(4).reshape(1, 1, 1, 1, 2, 2), 0, "gloo")   # TP=2, SP=2
+    comms = {name: g.device_communicator.fi_ar_comm for name, g in made}
+    assert comms["full_tp"] is None and comms["sp"] is not None, comms

@@ -143,14 +143,6 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError(f"--shift-parallel cannot load '{config.load_config.load_format}' "
                          "checkpoints: they hold one TP layout's shards, the full-TP model "
                          "needs another; use a plain checkpoint")
-    import vllm.envs as envs
-    if getattr(envs, "VLLM_ALLREDUCE_USE_FLASHINFER", False):
-        # One FlashInfer workspace per process, made for the first group
-        # that asks (see ulysses.without_fused_allreduce): the other model's
-        # all-reduces would sum over the wrong GPUs.
-        raise ValueError("--shift-parallel does not work with VLLM_ALLREDUCE_USE_FLASHINFER=1 "
-                         "yet (both models would share one FlashInfer all-reduce workspace "
-                         "over different GPUs): unset it")
     budget = config.scheduler_config.max_num_batched_tokens
     t = effective_threshold(config)
     if budget is not None and budget <= t:
