@@ -92,5 +92,12 @@ case "$1" in
     if [[ -n "${OUT:-}" ]]; then
       # one archive: $OUT keeps only shallow folders
       tar czf "$OUT/res.tgz" -C "$BENCH_DIR" res --exclude='*.safetensors' 2>/dev/null
+      # FlashInfer's JIT-compiled kernels (~33 MiB), whenever a step has built
+      # more of them since the last poll that returned them: the next lease
+      # carries them to host-setup.sh (benchmarks/README.md, staging).
+      built=$(find ~/.cache/flashinfer -name '*.so' 2>/dev/null | wc -l)
+      if (( built > 0 )) && [[ $built != "$(cat "$BENCH_DIR/fi-cache.returned" 2>/dev/null)" ]]; then
+        tar czf "$OUT/fi-cache.tgz" -C ~/.cache flashinfer && echo "$built" > "$BENCH_DIR/fi-cache.returned"
+      fi
     fi ;;
 esac
