@@ -165,7 +165,8 @@ def test_full_tp_group_leaves_flashinfer_allreduce_to_the_tp_group(monkeypatch):
     """From vLLM 0.32 every CUDA group's communicator all-reduces through
     FlashInfer by default, and the process has one FlashInfer workspace,
     made for the first group that asks, used whatever group asks later: the
-    full-TP group (Shift's full-TP model, its drafter) must not use it."""
+    full-TP group (Shift's full-TP model, its drafter) and the SP group must
+    not use it; the TP group (vLLM's own) keeps it."""
     from types import SimpleNamespace
 
     import torch
@@ -187,4 +188,4 @@ def test_full_tp_group_leaves_flashinfer_allreduce_to_the_tp_group(monkeypatch):
     monkeypatch.setattr(ulysses, "_FULL_TP", None)
     ulysses.init_groups(torch.arange(4).reshape(1, 1, 1, 1, 2, 2), 0, "gloo")   # TP=2, SP=2
     comms = {name: g.device_communicator.fi_ar_comm for name, g in made}
-    assert comms["full_tp"] is None and comms["sp"] is not None, comms
+    assert comms == {"sp": None, "full_tp": None}, comms

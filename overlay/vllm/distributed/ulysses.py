@@ -107,7 +107,8 @@ def init_groups(all_ranks: torch.Tensor, local_rank: int, backend: str) -> None:
     _FULL_TP = init_model_parallel_group(full_tp_group_ranks(all_ranks), local_rank,
                                          backend, group_name="full_tp")
     _gathers_in_member_order(_FULL_TP)
-    _without_flashinfer_allreduce(_FULL_TP)
+    for group in (_SP, _FULL_TP):
+        _without_flashinfer_allreduce(group)
     if _SP.world_size > 1:
         logger.info_once("Ulysses SP: rank %d is SP rank %d of %d, full-TP rank %d of %d",
                          dist.get_rank(), _SP.rank_in_group, _SP.world_size,
@@ -122,7 +123,8 @@ def _without_flashinfer_allreduce(group: GroupCoordinator) -> None:
     group (the SP model's, or plain TP's); the full-TP group's all-reduces
     (Shift's full-TP model, its drafter) run without it, through vLLM's
     custom all-reduce or NCCL, as their compiled code runs without the fused
-    pass (``without_fused_allreduce``)."""
+    pass (``without_fused_allreduce``).  The SP group does not all-reduce;
+    should anything ever do so, not through the TP group's workspace."""
     comm = group.device_communicator
     if getattr(comm, "fi_ar_comm", None) is not None:
         comm.fi_ar_comm = None      # not destroy(): that frees the process's one workspace
