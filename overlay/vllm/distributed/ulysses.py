@@ -125,7 +125,7 @@ def _without_flashinfer_allreduce(group: GroupCoordinator) -> None:
     custom all-reduce or NCCL, as their compiled code runs without the fused
     pass (``without_fused_allreduce``).  The SP group does not all-reduce;
     should anything ever do so, not through the TP group's workspace."""
-    comm = group.device_communicator
+    comm = getattr(group, "device_communicator", None)     # None: no device (CPU-only group)
     if getattr(comm, "fi_ar_comm", None) is not None:
         comm.fi_ar_comm = None      # not destroy(): that frees the process's one workspace
 
