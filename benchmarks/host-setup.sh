@@ -33,8 +33,8 @@ if [[ -f $parts/ours-before.tar.gz ]]; then
 fi
 PYTHONPATH=$SITE_OFFICIAL python3 -c 'import vllm; print("official", vllm.__version__, vllm.__file__)'
 PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__, vllm.__file__)'
-# FlashInfer's kernels compiled by an earlier lease (session.sh returns them
-# once as $OUT/fi-cache.tgz): the JIT of the fused all-reduce takes ~2.5 min
+# FlashInfer's kernels compiled by an earlier lease (a session.sh poll returns
+# them as $OUT/fi-cache.tgz when more were built): the JIT of the fused all-reduce takes ~2.5 min
 # of a lease's start-ups otherwise.  Same image, same cards' architecture.
 if [[ -f $parts/fi-cache.tgz ]]; then
   mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache
