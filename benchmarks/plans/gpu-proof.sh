@@ -5,8 +5,9 @@
 # (the noise bound), SP=2, Shift (SP=2), TP=2xSP=2 and its Shift, each at
 # vLLM's defaults (Shift's threshold below the batch budget, so that both its
 # models run: equivalence.py SCALES).  Resumed from the last results folder
-# (its rows are gzipped), a family runs only its missing layouts, plus TP=1
-# again (tp1_again): whether this lease's rows compare with that folder's.
+# (its rows are gzipped), a family runs only its missing layouts (lease 3
+# added tp1_again to the families it resumed: TP=1 once more, whether rows of
+# two leases on one card compare).
 # Report (here or on the host):
 #   python3 benchmarks/equivalence.py report RES/equiv --md RES/equiv/report.md
 #
@@ -16,23 +17,28 @@
 # family's layouts already do, with vLLM's start-up check of free memory
 # (gpu_memory_utilization x the card; nothing else reads it under
 # kv_cache_memory_bytes) lowered to what one rank takes.  The groups are
-# sized for the resumed state of 2026-11-26 (each family missing its two
-# Shift rows, 9-16 engines a group); a run from nothing starts a family's
-# seven layouts per step and should take the families two at a time.
+# sized for the state after lease 3 (2026-11-26): a family's rows must all
+# come from one card (equivalence.py report), so the plain layouts of lease
+# 1 (4xH200) and lease 2 (card not recorded) were removed and run again next
+# to lease 3's Shift, speculation, image and dead-rank rows (4xH100, kept:
+# their steps find their files and skip them).  ~20 engines a group.
 # Groups, highest value first, GPU minutes guessed from 4xH100:
-# 1. Shift's two rows of Llama, GPT-OSS, Qwen3-MoE, Qwen3-Next (~5);
-# 2. speculative decoding under Shift against TP=1 with the same drafter,
-#    each drafting for the family's checkpoint made to repeat most of its
-#    tokens (equivalence.py REPEATING): n-gram lookup, the target as its
-#    own draft model and an EAGLE-3 head (Llama), the MTP layers of the
-#    hybrid Qwen3-Next and of GLM-4.5 (~6);
+# 1. TP=1, TP=2, SP=2, TP=4, TP=2xSP=2 of Llama, GPT-OSS, Qwen3-MoE,
+#    Qwen3-Next, and Qwen3-Next's SP=2 Shift again (its lease-3 row predates
+#    the scheduler's count of steps per mode) (~8);
+# 2. the same of Gemma 3, GLM-4.5, Llama 4; beside them speculative
+#    decoding under Shift against TP=1 with the same drafter, each drafting
+#    for the family's checkpoint made to repeat most of its tokens
+#    (equivalence.py REPEATING): n-gram lookup, the target as its own draft
+#    model and an EAGLE-3 head (Llama), the MTP layers of the hybrid
+#    Qwen3-Next and of GLM-4.5, with plain TP=4 and each drafter (the spread
+#    a rate is held to where the target leaves TP=1's greedy path) (~8);
 # 3. the dead rank, alone (it reads every GPU's memory): dead_rank.py's
 #    SIGKILL of the last worker mid-stream under Shift, then at plain TP on
 #    the official wheel (upstream's behaviour) (~6);
-# 4. Shift's rows of Gemma 3, GLM-4.5, Llama 4, and Gemma 3 with images
-#    (SigLIP, image tokens attended bidirectionally) (~6);
-# 5. Qwen3.5 as published (the multimodal class over its GDN hybrid) and
-#    Qwen2.5-VL, with images (~5); then the report.
+# 4. Gemma 3 with images (SigLIP, image tokens attended bidirectionally),
+#    Qwen3.5 as published (the multimodal class over its GDN hybrid) and
+#    Qwen2.5-VL, with images (~6); then the report.
 layouts=(tp1 tp2 sp2 shift)
 (( $(nvidia-smi -L | wc -l) >= 4 )) && layouts+=(tp4 tp2sp2 tp2sp2_shift)
 shift_layout=shift; (( $(nvidia-smi -L | wc -l) >= 4 )) && shift_layout=tp2sp2_shift
@@ -40,26 +46,24 @@ export EQ_GPU_UTIL=0.06
 
 eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
   local name=$1 fam=$2; shift 2
-  local again=()
-  [[ -f "$res/equiv/$fam.tp1.json.gz" ]] && again=(tp1_again)
   step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
-    "$CKPT_DIR/$fam" "$res/equiv" "$@" "${again[@]}" --timeout 900
+    "$CKPT_DIR/$fam" "$res/equiv" "$@" --timeout 900
 }
 
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
 for fam in llama gpt_oss qwen3_moe qwen3_next; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 wait
+for fam in gemma3 glm4_moe llama4; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 eq eq_llama_spec llama tp1+ngram "$shift_layout+ngram" tp1+draft "$shift_layout+draft" \
-  tp1+eagle3 "$shift_layout+eagle3" &
-for fam in qwen3_next glm4_moe; do eq "eq_${fam}_mtp" "$fam" tp1+mtp "$shift_layout+mtp" & done
+  tp1+eagle3 "$shift_layout+eagle3" tp4+ngram tp4+draft tp4+eagle3 &
+for fam in qwen3_next glm4_moe; do eq "eq_${fam}_mtp" "$fam" tp1+mtp "$shift_layout+mtp" tp4+mtp & done
 wait
-step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 benchmarks/dead_rank.py shift \
-  --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/shift.json"
-step dead_rank_tp env PYTHONPATH="$SITE_OFFICIAL" python3 benchmarks/dead_rank.py tp \
-  --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/tp.json"
-for fam in gemma3 glm4_moe llama4 gemma3_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
-wait
+for lay in shift tp; do   # once per results folder
+  site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
+  [[ -f "$res/dead_rank/$lay.json" ]] || step "dead_rank_$lay" env PYTHONPATH="$site" \
+    python3 benchmarks/dead_rank.py "$lay" --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json"
+done
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
-for fam in qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+for fam in gemma3_vl qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 wait
 step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
