@@ -21,22 +21,24 @@
 # come from one card (equivalence.py report), so the plain layouts of lease
 # 1 (4xH200) and lease 2 (card not recorded) were removed and run again next
 # to lease 3's Shift, speculation, image and dead-rank rows (4xH100, kept:
-# their steps find their files and skip them).  ~20 engines a group.
+# their steps find their files and skip them).  Lease 3's groups held up to
+# 34 ranks at once (12-14 engines, 4-6 min each); these hold 33-41.
 # Groups, highest value first, GPU minutes guessed from 4xH100:
-# 1. TP=1, TP=2, SP=2, TP=4, TP=2xSP=2 of Llama, GPT-OSS, Qwen3-MoE,
-#    Qwen3-Next, and Qwen3-Next's SP=2 Shift again (its lease-3 row predates
-#    the scheduler's count of steps per mode) (~8);
-# 2. the same of Gemma 3, GLM-4.5, Llama 4; beside them speculative
-#    decoding under Shift against TP=1 with the same drafter, each drafting
-#    for the family's checkpoint made to repeat most of its tokens
-#    (equivalence.py REPEATING): n-gram lookup, the target as its own draft
-#    model and an EAGLE-3 head (Llama), the MTP layers of the hybrid
-#    Qwen3-Next and of GLM-4.5, with plain TP=4 and each drafter (the spread
-#    a rate is held to where the target leaves TP=1's greedy path) (~8);
-# 3. the dead rank, alone (it reads every GPU's memory): dead_rank.py's
+# 1. TP=1, TP=2, SP=2, TP=4, TP=2xSP=2 of Llama, GPT-OSS, Qwen3-MoE (~6);
+# 2. the same of Qwen3-Next, Gemma 3, GLM-4.5, and Qwen3-Next's SP=2 Shift
+#    again (its lease-3 row predates the scheduler's count of steps per
+#    mode) (~6);
+# 3. the same of Llama 4; beside it speculative decoding under Shift
+#    against TP=1 with the same drafter, each drafting for the family's
+#    checkpoint made to repeat most of its tokens (equivalence.py
+#    REPEATING): n-gram lookup, the target as its own draft model and an
+#    EAGLE-3 head (Llama), the MTP layers of the hybrid Qwen3-Next and of
+#    GLM-4.5, with plain TP=4 and each drafter (the spread a rate is held to
+#    where the target leaves TP=1's greedy path) (~5);
+# 4. the dead rank, alone (it reads every GPU's memory): dead_rank.py's
 #    SIGKILL of the last worker mid-stream under Shift, then at plain TP on
 #    the official wheel (upstream's behaviour) (~6);
-# 4. Gemma 3 with images (SigLIP, image tokens attended bidirectionally),
+# 5. Gemma 3 with images (SigLIP, image tokens attended bidirectionally),
 #    Qwen3.5 as published (the multimodal class over its GDN hybrid) and
 #    Qwen2.5-VL, with images (~6); then the report.
 layouts=(tp1 tp2 sp2 shift)
@@ -51,9 +53,11 @@ eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
 }
 
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
-for fam in llama gpt_oss qwen3_moe qwen3_next; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+for fam in llama gpt_oss qwen3_moe; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 wait
-for fam in gemma3 glm4_moe llama4; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+for fam in qwen3_next gemma3 glm4_moe; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+wait
+eq eq_llama4 llama4 "${layouts[@]}" &
 eq eq_llama_spec llama tp1+ngram "$shift_layout+ngram" tp1+draft "$shift_layout+draft" \
   tp1+eagle3 "$shift_layout+eagle3" tp4+ngram tp4+draft tp4+eagle3 &
 for fam in qwen3_next glm4_moe; do eq "eq_${fam}_mtp" "$fam" tp1+mtp "$shift_layout+mtp" tp4+mtp & done
