@@ -83,6 +83,10 @@ FAMILIES: dict[str, dict] = {
         num_key_value_heads=4, head_dim=128, rope_theta=500000.0, max_position_embeddings=131072,
         rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 8192, "rope_type": "llama3"})),
+    # Qwen3-8B: head_dim 128, QK norm, GQA 4:1 (32 / 8 heads; here 16 / 4).
+    "qwen3": dict(cfg="Qwen3Config", cls="Qwen3ForCausalLM", kw=dict(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=16,
+        num_key_value_heads=4, head_dim=128, rope_theta=1000000.0)),
     # Qwen3-30B-A3B: head_dim 128, QK norm, 128 experts top-8 (here 16 top-4).
     "qwen3_moe": dict(cfg="Qwen3MoeConfig", cls="Qwen3MoeForCausalLM", kw=dict(
         hidden_size=1024, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=16,
@@ -164,6 +168,23 @@ FAMILIES: dict[str, dict] = {
                     out_hidden_size=2048, patch_size=14, spatial_merge_size=2,
                     temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1, 3]),
         pixels=dict(min_pixels=56 * 56, max_pixels=448 * 448)),
+    # Qwen3-VL-8B (Qwen/Qwen3-VL-8B-Instruct): the Qwen3 decoder (32 heads /
+    # 8 KV heads of 128, QK norm; here 16 / 4), interleaved M-RoPE [24, 20,
+    # 20]; the vision tower's 16 heads of 72, 16-pixel patches merged 2x2,
+    # and deepstack: features of three encoder layers (here two of three)
+    # added to the first decoder layers' hidden states at the image tokens.
+    "qwen3_vl": dict(cfg="Qwen3VLConfig", cls="Qwen3VLForConditionalGeneration", vl="qwen3_vl",
+                     text=dict(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=16,
+        num_key_value_heads=4, head_dim=128,
+        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                         "mrope_section": [24, 20, 20], "mrope_interleaved": True}),
+        vision=dict(depth=3, hidden_size=1152, intermediate_size=4304, num_heads=16,
+                    patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                    num_position_embeddings=2304, out_hidden_size=1024,
+                    deepstack_visual_indexes=[0, 2]),
+        pixels=dict(size={"shortest_edge": 64 * 64, "longest_edge": 512 * 512}, patch_size=16,
+                    merge_size=2)),
     # Gemma 3 4B (google/gemma-3-4b-it), the multimodal class: the Gemma 3
     # decoder (8 heads / 4 KV heads of 256, sliding 1024 : global 5:1; here
     # sliding 512) attending to each image's tokens bidirectionally; SigLIP
@@ -730,7 +751,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     # each rank's model calls per mode in the two rounds (Shift only)
     shift_calls = [{m: n - b.get(m, 0) for m, n in a.items()}
                    for a, b in zip(llm.collective_rpc(_shift_calls), calls_before)] if shift else []
-    shift_steps = {m: n - steps_before.get(m, 0) for m, n in _shift_steps(llm).items()}
+    shift_steps = {m: n - steps_before.get(m, 0)
+                   for m, n in _shift_steps(llm).items()} if shift else {}
 
     def lp(entry, tok):
         return None if entry is None else float(entry[tok].logprob)

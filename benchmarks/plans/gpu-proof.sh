@@ -38,9 +38,10 @@
 # 4. the dead rank, alone (it reads every GPU's memory): dead_rank.py's
 #    SIGKILL of the last worker mid-stream under Shift, then at plain TP on
 #    the official wheel (upstream's behaviour) (~6);
-# 5. Gemma 3 with images (SigLIP, image tokens attended bidirectionally),
-#    Qwen3.5 as published (the multimodal class over its GDN hybrid) and
-#    Qwen2.5-VL, with images (~6); then the report.
+# 5. Qwen3 (dense) and Qwen3-VL with images (deepstack), all seven layouts,
+#    new in lease 4; lease 3 ran Gemma 3 with images (SigLIP, image tokens
+#    attended bidirectionally), Qwen3.5 as published (the multimodal class
+#    over its GDN hybrid) and Qwen2.5-VL with images (~6); then the report.
 layouts=(tp1 tp2 sp2 shift)
 (( $(nvidia-smi -L | wc -l) >= 4 )) && layouts+=(tp4 tp2sp2 tp2sp2_shift)
 shift_layout=shift; (( $(nvidia-smi -L | wc -l) >= 4 )) && shift_layout=tp2sp2_shift
@@ -68,6 +69,6 @@ for lay in shift tp; do   # once per results folder
     python3 benchmarks/dead_rank.py "$lay" --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json"
 done
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
-for fam in gemma3_vl qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
+for fam in qwen3 qwen3_vl gemma3_vl qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 wait
 step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
