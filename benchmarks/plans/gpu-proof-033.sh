@@ -16,7 +16,9 @@
 #   1. equivalence.py's core rows (the gpu-proof.sh suite, same criterion): Llama, Qwen3-MoE,
 #      GPT-OSS, Qwen3-Next at TP=1 (reference), TP=2 (the noise bound), SP=2, Shift
 #      (+ TP=2xSP=2 Shift on 4 GPUs); one speculative method under Shift: the draft model
-#      (the target as its own drafter), CUDA graphs on, against TP=1 with the same drafter.
+#      (the target as its own drafter), CUDA graphs on, against TP=1 with the same drafter
+#      (and plain TP=2 with it: the spread a rate is held to where the target leaves TP=1's
+#      greedy path, equivalence.py's _spec_row).
 #   2. served (run.py, Llama-3.1-8B shape, dummy weights): SP=1 of ours against the official
 #      0.33.0 wheel, A B B A over four servers so the spread between servers of one wheel
 #      shows (TTFT at 8k and TPOT at one user: lat8k; saturation: sat); then Shift against TP=2.
@@ -53,7 +55,7 @@ for fam in llama qwen3_moe gpt_oss qwen3_next; do
 done
 if (( gpus >= 2 )); then
   step eq_llama_spec env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
-    "$CKPT_DIR/llama" "$res/equiv" tp1+draft "$shift_layout+draft" --timeout 600
+    "$CKPT_DIR/llama" "$res/equiv" tp1+draft tp2+draft "$shift_layout+draft" --timeout 600
 fi
 step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
 
