@@ -284,3 +284,26 @@ def test_sampled_rows_gathered_unless_the_step_reads_others(monkeypatch):
     ulysses_model._gather_output(torch.zeros(8, 1), 16)
     after = ulysses_model.gather_counts()
     assert (after["whole"] - before["whole"], after["rows"] - before["rows"]) == (1, 0)
+
+
+def test_attention_layers_without_an_exchange_refused():
+    """A model whose attention-like layer is not vLLM's Attention (or a GDN
+    mixer), so made no SP plan, is refused at load, naming the layer: it
+    would attend over one rank's slice of the tokens, silently wrong."""
+    from vllm.distributed import ulysses_model
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    class Sparse(torch.nn.Module, AttentionLayerBase):      # a model's own attention class
+        def get_attn_backend(self):
+            raise NotImplementedError
+
+        def get_kv_cache_spec(self, vllm_config):
+            return None
+
+    planned = Sparse()
+    planned.ulysses = object()                             # what a plan leaves on its layer
+    model = torch.nn.ModuleDict({"layers": torch.nn.ModuleList([planned, torch.nn.Linear(2, 2)])})
+    ulysses_model.check_attention_layers(model)
+    model["layers"].append(Sparse())
+    with pytest.raises(ValueError, match=r"layer layers\.2 \(Sparse\) attends without"):
+        ulysses_model.check_attention_layers(model)

@@ -107,6 +107,23 @@ def _dp_sizes_of_slices() -> Iterator[None]:
         dp.num_tokens_across_dp_cpu = whole
 
 
+def check_attention_layers(model: torch.nn.Module) -> None:
+    """Every attention-like layer of the SP model must run through a plan
+    (vLLM's ``Attention`` and the Gated-DeltaNet mixers make one when SP >
+    1).  A model with a layer class of its own (MiniMax-M3's block-sparse
+    attention, Inkling's, DeepSeek-V4's) would attend over this rank's 1/SP
+    of the tokens only and return wrong outputs, silently; the config
+    checks cannot see layer classes, so the loaded model is checked."""
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    for name, module in model.named_modules():
+        if isinstance(module, AttentionLayerBase) and getattr(module, "ulysses", None) is None:
+            raise ValueError(f"sequence_parallel_size > 1: layer {name} "
+                             f"({type(module).__name__}) attends without a sequence-parallel "
+                             "exchange (SP serves vLLM's Attention and Gated-DeltaNet layers); "
+                             "use -sp 1")
+
+
 def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
     """Make ``model(input_ids, positions, ...)`` take the whole (padded) step
     and return hidden states for the whole step, while its layers see only
@@ -122,6 +139,7 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
     from vllm.sequence import IntermediateTensors
 
     ulysses_gdn.check_model(model)
+    check_attention_layers(model)
 
     inner = model.forward
 
