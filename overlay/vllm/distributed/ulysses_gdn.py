@@ -93,20 +93,6 @@ def _non_attention_layers(hf: Any) -> str:
     return "/".join(kinds) if kinds else "state-space or linear-attention"
 
 
-def check_model(model: torch.nn.Module) -> None:
-    """Under SP every state-keeping (Mamba-like) layer must run through a
-    plan: without one it would run its recurrence on 1/SP of the tokens and
-    return wrong outputs, silently.  ``verify_hybrid`` admits only the GDN
-    models, so this catches a mixer whose hook is missing."""
-    from vllm.model_executor.layers.mamba.abstract import MambaBase
-
-    for name, module in model.named_modules():
-        if isinstance(module, MambaBase) and getattr(module, "ulysses", None) is None:
-            raise ValueError(f"sequence_parallel_size > 1: layer {name} "
-                             f"({type(module).__name__}) keeps a recurrent state and has no "
-                             "sequence-parallel exchange; use -sp 1")
-
-
 # ---------------------------------------------------------------- the plan
 
 class LinearAttentionPlan:

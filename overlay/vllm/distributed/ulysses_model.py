@@ -5,12 +5,11 @@ run on this SP rank's slice of the tokens (``shard_model_tokens``, which
 the model loader's hook calls).
 
 Why a module of its own, above the core: wrapping a model also checks that
-SP can run it (a state-keeping layer without an exchange would run its
-recurrence on a slice, ``ulysses_gdn.check_model``) and slices the
-per-token side inputs a multimodal model keeps beside its embeddings
-(``ulysses_multimodal.slice_side_inputs``).  Both of those modules are
-built on the core's token slices, so the one function that calls all
-three sits above them.
+SP can run it (every attention-like layer, GDN mixers included, has an
+exchange: ``check_attention_layers``) and slices the per-token side inputs
+a multimodal model keeps beside its embeddings
+(``ulysses_multimodal.slice_side_inputs``, built on the core's token
+slices), so the one function that does both sits above them.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from vllm.distributed import ulysses, ulysses_gdn, ulysses_multimodal
+from vllm.distributed import ulysses, ulysses_multimodal
 
 # The rows of the next forward's hidden states that the runner reads
 # (``sampled_rows_only``); None: all of them.
@@ -110,10 +109,12 @@ def _dp_sizes_of_slices() -> Iterator[None]:
 def check_attention_layers(model: torch.nn.Module) -> None:
     """Every attention-like layer of the SP model must run through a plan
     (vLLM's ``Attention`` and the Gated-DeltaNet mixers make one when SP >
-    1).  A model with a layer class of its own (MiniMax-M3's block-sparse
-    attention, Inkling's, DeepSeek-V4's) would attend over this rank's 1/SP
-    of the tokens only and return wrong outputs, silently; the config
-    checks cannot see layer classes, so the loaded model is checked."""
+    1).  Without one, a layer class of a model's own (MiniMax-M3's
+    block-sparse attention, Inkling's, DeepSeek-V4's) would attend over
+    this rank's 1/SP of the tokens, and a state-keeping (Mamba-like) mixer
+    whose hook is missing would run its recurrence on that slice: wrong
+    outputs, silently.  The config checks cannot see layer classes, so the
+    loaded model is checked."""
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 
     for name, module in model.named_modules():
@@ -138,7 +139,6 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
         return model
     from vllm.sequence import IntermediateTensors
 
-    ulysses_gdn.check_model(model)
     check_attention_layers(model)
 
     inner = model.forward
