@@ -16,9 +16,11 @@ cases run with FAULTS_LAYOUTS=sp,tp.
 - A killed rank (SIGKILL): while a long prompt's prefill hands over to
   decodes (under Shift: the step where SP mode switches to full TP), every
   open stream ends with an error within seconds and the server exits,
-  leaving no process, no shared-memory segment, no listening port.  (A rank
-  killed at start-up hangs upstream's engine core at TP as under SP, not
-  tested here: docs/reliability.md.)
+  leaving no process, no shared-memory segment, no listening port.  Killed
+  at start-up, as its process title appears: start-up fails and the server
+  exits (upstream's engine core hung there, at TP as under SP, until patches
+  executor-init-fails-on-a-dead-worker and
+  engine-core-start-failure-exits-at-once).
 - Sizes SP does not divide: the servers run with --max-num-seqs 7 and
   prompts of every length 1 .. 2*SP+1 (SP's padding remainders).  The
   other sizes are config tests (test_ulysses_config).
@@ -202,4 +204,18 @@ def test_rank_killed_while_modes_switch(layout, llama, tmp_path):
         assert max(s.ended for s in streams) - t0 < 30
         assert srv.wait_exit(60) is not None, "the server kept running with a dead engine"
         assert "died unexpectedly" in srv.log.read_text(errors="replace")
+        assert not srv.leftovers(ignore=UPSTREAM_LEAKS), srv.leftovers(ignore=UPSTREAM_LEAKS)
+
+
+@pytest.mark.parametrize("layout", RUN_LAYOUTS)
+def test_rank_killed_at_start_up_fails_start(layout, llama, tmp_path):
+    """SIGKILL on rank 1 as soon as its process title names it (while the
+    workers load or warm up, or between a READY and the message queues'
+    handshake): the server never comes up, says why, exits, and leaves
+    nothing behind."""
+    with start(llama, layout, tmp_path / "server.log") as srv:
+        srv.worker(RANK1[layout]).kill()
+        assert srv.wait_exit(90) is not None, "the server hung after a rank died at start-up"
+        log = srv.log.read_text(errors="replace")
+        assert "Engine core initialization failed" in log, srv.tail()
         assert not srv.leftovers(ignore=UPSTREAM_LEAKS), srv.leftovers(ignore=UPSTREAM_LEAKS)

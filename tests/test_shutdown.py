@@ -1,5 +1,8 @@
-"""vLLM's process manager takes with it the workers of an engine core that
-exits on its SIGTERM (patch shutdown-kills-workers-of-an-exited-engine).
+"""Upstream's process lifecycle where a rank dies: vLLM's process manager
+takes with it the workers of an engine core that exits on its SIGTERM
+(patch shutdown-kills-workers-of-an-exited-engine), and the executor's
+start-up gives up the message queues' handshake once a worker died
+(executor-init-fails-on-a-dead-worker; end to end: test_e2e_faults).
 
 An engine core whose worker stalled for good restores SIGTERM's default
 before it stops its workers (9 s with a stuck one); the API server's
@@ -16,9 +19,11 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import psutil
+import pytest
 from vllm.v1.utils import shutdown
 
 
@@ -62,3 +67,24 @@ def test_workers_of_an_engine_that_exits_on_sigterm_are_killed():
             worker.kill()
         with contextlib.suppress(Exception):
             engine.kill()
+
+
+def test_message_queue_handshake_gives_up_once_aborted():
+    """The executor's wait for its message queues' handshake (patch
+    executor-init-fails-on-a-dead-worker): a reader that died never
+    subscribes, and once the executor's worker monitor has seen it die the
+    writer stops waiting instead of blocking in zmq for good."""
+    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+
+    writer = MessageQueue(n_reader=1, n_local_reader=1)
+    dead = threading.Event()
+    threading.Timer(0.5, dead.set).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="died before its message queue was ready"):
+            writer.wait_until_ready(abort=dead.is_set)
+        assert time.monotonic() - t0 < 5
+    finally:
+        # Closed here: a context the garbage collector finalizes in a cycle
+        # can wait in term() for ever (engine-core-start-failure-exits-at-once).
+        writer.local_socket.context.destroy(linger=0)
