@@ -21,6 +21,9 @@ cases run with FAULTS_LAYOUTS=sp,tp.
   exits (upstream's engine core hung there, at TP as under SP, until patches
   executor-init-fails-on-a-dead-worker and
   engine-core-start-failure-exits-at-once).
+- The API server killed (SIGKILL: no shutdown runs): its engine core and
+  workers end within seconds (upstream's lived on, holding their devices,
+  until patch engine-core-exits-with-its-parent).
 - Sizes SP does not divide: the servers run with --max-num-seqs 7 and
   prompts of every length 1 .. 2*SP+1 (SP's padding remainders).  The
   other sizes are config tests (test_ulysses_config).
@@ -29,6 +32,7 @@ cases run with FAULTS_LAYOUTS=sp,tp.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
@@ -219,3 +223,17 @@ def test_rank_killed_at_start_up_fails_start(layout, llama, tmp_path):
         log = srv.log.read_text(errors="replace")
         assert "Engine core initialization failed" in log, srv.tail()
         assert not srv.leftovers(ignore=UPSTREAM_LEAKS), srv.leftovers(ignore=UPSTREAM_LEAKS)
+
+
+@pytest.mark.parametrize("layout", RUN_LAYOUTS)
+def test_api_server_killed_takes_engine_and_workers(layout, llama, tmp_path):
+    """SIGKILL on the API server (a supervisor's forced stop), which runs no
+    shutdown: its engine core and workers end within seconds instead of
+    holding their devices for good (upstream's vllm-project/vllm#55510;
+    patch engine-core-exits-with-its-parent)."""
+    with start(llama, layout, tmp_path / "server.log") as srv:
+        srv.wait_healthy()
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait()
+        assert not srv.leftovers(ignore=UPSTREAM_LEAKS), srv.leftovers(ignore=UPSTREAM_LEAKS)
+        assert "parent process" in srv.log.read_text(errors="replace"), srv.tail()
