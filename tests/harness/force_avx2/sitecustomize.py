@@ -1,21 +1,19 @@
-"""An AVX2 host's code paths on an AVX-512 machine, for the CPU engine's
-tests: put this folder on PYTHONPATH with SP_FORCE_AVX2=1 (and, for torch's
-and oneDNN's own kernels, ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2).
-
-Why: vLLM's CPU platform picks its kernel library (_C_AVX2, _C_AVX512 or
-_C) and its attention, Gated-DeltaNet and MoE paths from torch.cpu's
-feature checks, and the suite must hold on AVX2, AVX-512 and AMX hosts
-alike (docs/reliability.md) while this project has only an AVX-512 one.
-Python imports ``sitecustomize`` at start-up in every process, the
-engine's spawned workers included; this one hides AVX-512, VNNI and AMX
-from those checks and nothing else."""
+"""An AVX2 host's code paths on any x86 host, in every process of a test
+run: Python imports ``sitecustomize`` at start-up, the engine's spawned
+workers included.  With SP_FORCE_AVX2=1, and this folder first on
+PYTHONPATH (``harness.cpu_path.pin`` sets both, with torch's and oneDNN's
+own ISA variables), it hides AVX-512, VNNI and AMX from torch.cpu's
+checks, which vLLM's CPU platform reads to pick its kernels; nothing else.
+Why the suite runs so: ``harness/cpu_path.py``."""
 
 import os
 
 if os.environ.get("SP_FORCE_AVX2") == "1":
-    import torch.cpu as _cpu
+    import importlib.util
+    from pathlib import Path
 
-    for _name in ("_is_avx512_supported", "_is_avx512_bf16_supported",
-                  "_is_avx512_vnni_supported", "_is_amx_tile_supported", "_is_amx_fp16_supported"):
-        if hasattr(_cpu, _name):
-            setattr(_cpu, _name, lambda: False)
+    _spec = importlib.util.spec_from_file_location(
+        "_sp_cpu_path", Path(__file__).resolve().parent.parent / "cpu_path.py")
+    _mod = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_mod)
+    _mod.hide_avx512()
