@@ -11,6 +11,7 @@ this process must reach those through the environment alone.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -42,7 +43,7 @@ print("@@probe@@", json.dumps(out), flush=True)
 
 
 def probe(vllm: bool) -> tuple[dict, str]:
-    env = {**__import__("os").environ, "ONEDNN_VERBOSE": "1", "PROBE_VLLM": "1" if vllm else "0"}
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "PROBE_VLLM": "1" if vllm else "0"}
     proc = subprocess.run([sys.executable, "-c", PROBE], env=env, text=True,
                           capture_output=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
