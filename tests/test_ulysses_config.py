@@ -111,12 +111,26 @@ def test_graphs_cover_sp_times_upstreams_tokens_per_step(llama):
     assert set(s for s in tp if s % 2 == 0) <= set(sp2)
     assert max(graph_sizes(llama, tensor_parallel_size=2, sequence_parallel_size=2)) == 1024
     assert max(graph_sizes(llama, sequence_parallel_size=2, max_cudagraph_capture_size=512)) == 512
-    # Shift: the added sizes are all at or below the default threshold, the full-TP model's.
+    # Shift: the full-TP model's graphs stay within upstream's bound (its
+    # ranks hold every token of a step); the SP model's go to SP x it.
     from vllm.distributed import shift
 
-    cfg_kw = dict(sequence_parallel_size=2, shift_parallel=True)
-    assert max(graph_sizes(llama, **cfg_kw)) == 1024
-    assert shift.effective_threshold(engine_config(llama, **cfg_kw).parallel_config) == 1024
+    def split(**kw):
+        kw.update(shift_parallel=True)
+        sizes = graph_sizes(llama, **kw)
+        cfg = engine_config(llama, max_num_batched_tokens=8192, max_num_seqs=256, **kw)
+        t = shift.effective_threshold(cfg.parallel_config)
+        return t, [s for s in sizes if s <= t], [s for s in sizes if s > t]
+
+    t, full, sp = split(sequence_parallel_size=2)                  # the default threshold
+    assert t == 1024 and max(full) == 512 and sp == []
+    assert full == [s for s in tp if s % 2 == 0]
+    t, full, sp = split(sequence_parallel_size=2, shift_parallel_threshold=256)
+    assert max(full) == 256 and min(sp) > 256 and max(sp) == 1024
+    t, full, sp = split(sequence_parallel_size=4)                  # a hole: 528..1008 eager
+    assert max(s for s in full if s < t) == 512 and t in full and sp[0] > t and max(sp) == 2048
+    t, full, sp = split(sequence_parallel_size=2, max_cudagraph_capture_size=1024)
+    assert max(full) == 1024                                       # the user's size is kept
 
 
 @pytest.mark.parametrize("kw,needle", [

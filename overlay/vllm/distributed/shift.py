@@ -157,11 +157,29 @@ def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     """Add the threshold to the CUDA-graph capture sizes (when in range), so
     a step at or below it never pads past it.  Sizes <= threshold are
     captured by the full-TP model, sizes above it by the SP model: each
-    graph belongs to the one mode that replays it."""
+    graph belongs to the one mode that replays it.
+
+    At vLLM's default sizing the largest graph is SP x upstream's
+    (``ulysses_config.default_max_capture_size``), which is right for the SP
+    model only: an SP rank holds 1/SP of a step's tokens, a full-TP rank all
+    of them.  So the full-TP model's graphs stop at 1/SP of the largest, the
+    bound upstream keeps for plain TP, and steps between that and the
+    threshold run eagerly in full TP (the threshold itself stays captured
+    when SP graphs lie above it).  Captured up to 1024 tokens, the full-TP
+    model of 70B FP8 at TP=2 x SP=2 took 3.17 GiB of graphs against plain
+    TP=4's 1.15 (its all-reduces past 512 tokens overflow the custom
+    all-reduce's 8 MiB buffer and are captured as NCCL kernels), memory vLLM
+    does not count when it sizes the KV cache: Shift's start ran out of it
+    on 4xH100 (benchmarks/results/2026-11-26-4gpu-70b-fp8-tier1/).  Sizes
+    the user set are kept."""
     if not enabled(config) or not sizes:
         return sizes
     t = effective_threshold(config)
-    if t < max(sizes) and t not in sizes:
+    cc = config.compilation_config
+    if cc.max_cudagraph_capture_size is None and cc.cudagraph_capture_sizes is None:
+        full_tp_max = max(sizes) // config.parallel_config.sequence_parallel_size
+        sizes = [s for s in sizes if s <= full_tp_max or s > t] or sizes[:1]
+    if sizes and t < max(sizes) and t not in sizes:
         sizes = sorted(sizes + [t])
     full_tp = [s for s in sizes if s <= t]
     logger.info("Shift parallelism: threshold %d tokens; CUDA graphs: full TP for %s, "

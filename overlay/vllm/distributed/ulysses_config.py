@@ -249,8 +249,8 @@ def default_max_capture_size(config: VllmConfig, upstream: int) -> int:
     launching ~10 small kernels per layer from the host: served on 2xH200,
     1k TTFT 49 -> 29 ms, graph memory 1.4 -> 2.2 GiB, KV cache unchanged
     (benchmarks/results/2026-11-24-2gpu-sp-step-profile/).  Under Shift Parallelism the
-    sizes up to its threshold are the full-TP model's graphs (at SP=2 and
-    the default threshold, 1024, all of the added ones)."""
+    added sizes are the SP model's only: the full-TP model's graphs keep
+    upstream's bound (``shift.capture_sizes``)."""
     return upstream * config.parallel_config.sequence_parallel_size
 
 
