@@ -93,16 +93,17 @@ if [[ $only != tests ]]; then
   stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" \
     --install "$venv" --record-lock
   # torchvision for the multimodal tests' image processors (the CPU wheel
-  # drops it): the build that pairs with the venv's torch, which stays as is.
-  # Only beside a plain torch (the pinned release's): the index's torchvision
-  # is built against that one, and beside a +cpu torch its ops fail to load,
-  # which breaks every transformers import (the other releases run no
-  # multimodal test).
+  # drops it; from 0.32 transformers imports it for Gemma 3's processor). The
+  # index's torchvision is built against the index's plain torch and fails to
+  # load its ops beside a +cpu build (this machine's pip finds one for 0.32,
+  # torch 2.13.0+cpu in its find-links), which breaks every transformers
+  # import; so the venv's torch becomes the plain build of the same version
+  # (`===`: exactly that version, no local label), which runs on CPU as well
+  # (it is what our CPU wheel requires: scripts/build.py).
   # (The distribution's version: PyPI's torch says 2.11.0 there, 2.11.0+cu130 in
   # torch.__version__.)
   torch_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
-  vision=()
-  [[ $torch_version == *+* ]] || vision=(torchvision "torch==$torch_version")
+  vision=(torchvision "torch===${torch_version%%+*}")
   stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
     -r tests/requirements.txt "${vision[@]}"
 fi

@@ -35,7 +35,8 @@ from dataclasses import replace
 import pytest
 
 from harness.compare import assert_between, assert_no_further, assert_same
-from harness.models import IMAGE_PLACEHOLDER, make_model, make_vl_model
+from harness.models import GDN, IMAGE_PLACEHOLDER, make_model, make_vl_model
+from harness.repo import VERSION
 from harness.workload import BATCHES, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
@@ -106,7 +107,11 @@ def test_multimodal_checkpoint_under_shift(vl_runs):
     arch, images, ref, got = vl_runs
     assert_same(ref, got, what=f"{arch}: TP=2xSP=2 shift vs TP=1")
     assert got.cached_tokens[-1] >= 16, got.cached_tokens     # the image's own step
-    check_prefix_cache(replace(got, cached_tokens=got.cached_tokens[:-2]))
+    text = replace(got, cached_tokens=got.cached_tokens[:-2])     # less the image tail
+    if arch == "gemma3_vl":
+        check_window_hits(text, replace(ref, cached_tokens=ref.cached_tokens[:-2]))
+    else:
+        check_prefix_cache(text)
     check_shift(got)
     # The images reached the model: the processor expanded each
     # placeholder, and two prompts differing only in pixels score their
@@ -142,6 +147,19 @@ def test_decoder_family_under_shift(text_runs):
     check_shift(got)
 
 
+def check_window_hits(got, tp1):
+    """The prefix-cache check of a model with sliding-window layers (GPT-OSS:
+    window 16, Gemma 3: 32).  0.26: the workload's.  From 0.32 upstream's own
+    TP=1 hits only at the repeated long prompt (GPT-OSS cached [0, 0, 0, 0,
+    128, 0, 0] with blocks of 32; with 64 the 64-token prefix hits, the
+    96-token one not), so there: TP=1's hits, that one included."""
+    if VERSION == "0.26.0":
+        check_prefix_cache(got)
+    else:
+        assert got.cached_tokens == tp1.cached_tokens and max(got.cached_tokens) >= 128, (
+            got.cached_tokens, tp1.cached_tokens)
+
+
 @pytest.fixture(scope="module")
 def gpt_oss(models_dir):
     """GPT-OSS: a learned attention sink per head, sliding and full layers,
@@ -170,7 +188,7 @@ def test_gpt_oss_tp_sp_equals_tp2(gpt_oss):
     runs, go = gpt_oss
     got = go(tp=2, sp=2)
     assert_same(runs["tp2"], got, atol=0.0, what="GPT-OSS TP=2xSP=2 vs TP=2")
-    check_prefix_cache(got)
+    check_window_hits(got, runs["tp1"])
 
 
 def test_gpt_oss_shift(gpt_oss):
@@ -181,14 +199,15 @@ def test_gpt_oss_shift(gpt_oss):
     runs, go = gpt_oss
     got = go(sp=2, shift_parallel=True, shift_parallel_threshold=8)
     assert_no_further(runs["tp1"], runs["tp2"], got, what="GPT-OSS shift SP=2 vs TP=1")
-    check_prefix_cache(got)
+    check_window_hits(got, runs["tp1"])
     check_shift(got, world=2)
 
 
 @pytest.fixture(scope="module")
 def qwen3_5(models_dir):
     """Qwen3.5 as published: the multimodal class over a Gated-DeltaNet
-    hybrid (bfloat16, the recurrent state float32, as test_e2e_hybrid).
+    hybrid (bfloat16; the recurrent state as the release's CPU GDN kernels
+    take it, harness.models.GDN).
     Prompts go as token ids: for this model type transformers loads its own
     tokenizer class, not the checkpoint's word-level one."""
     model = make_vl_model(models_dir, "qwen3_5_vl", dtype="bfloat16")
@@ -198,8 +217,7 @@ def qwen3_5(models_dir):
                + image_tail_batches(placeholder, vocab))
 
     def go(**kw):
-        return run(model, dtype="bfloat16", mamba_ssm_cache_dtype="float32", **MULTIMODAL, **kw,
-                   batches=batches)
+        return run(model, **GDN, **MULTIMODAL, **kw, batches=batches)
 
     return go(tp=2), go(tp=4), go
 

@@ -41,7 +41,7 @@ from harness.compare import assert_between, assert_same
 from harness.drafters import make_eagle, make_eagle3, make_mimo, make_qwen3_next_mtp
 from harness.engine import run_engine
 from harness.models import GDN, make_qwen3_next
-from harness.workload import LONG, PROMPTS
+from harness.workload import BLOCK, LONG, PROMPTS
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +51,7 @@ NGRAM = dict(method="ngram", num_speculative_tokens=3, prompt_lookup_max=3, prom
 # two of the workload's, which give lookup little to find.
 PROMPTS_SPEC = [([11, 12, 13, 14, 15] * 12)[:57], ([30, 31, 32, 33] * 20)[:77],
                 ([40, 41, 42] * 30)[:70], PROMPTS[1], PROMPTS[0]]
-ENGINE = dict(max_tokens=24, max_num_batched_tokens=64, block_size=16)
+ENGINE = dict(max_tokens=24, max_num_batched_tokens=64, block_size=BLOCK)
 
 
 def run(model, spec: dict | None = None, **kw):
@@ -188,7 +188,7 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     def run_hybrid(**kw):
         return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=64,
                           max_model_len=192, enable_prefix_caching=False,
-                          block_size=16, max_num_seqs=8,
+                          block_size=BLOCK, max_num_seqs=8,
                           speculative_config=dict(method="qwen3_next_mtp",
                                                   num_speculative_tokens=1),
                           **GDN, **kw)

@@ -278,11 +278,12 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
     elif arch == "qwen3_5_vl":
         # Qwen3.5 as published: the multimodal class over a Gated-DeltaNet
         # hybrid decoder (non-interleaved GDN projections, gated attention;
-        # head dim 256 and linear head dim 32 as test_e2e_hybrid explains),
+        # head dim 256 and the release's linear head dim, as make_qwen3_next),
         # M-RoPE, a Qwen3-VL-style vision tower without deepstack.
         tok, qwen_ids = _qwen_vl_tokens(tmp)
         text_cfg = dict(text, head_dim=256, linear_num_key_heads=4, linear_num_value_heads=8,
-                        linear_key_head_dim=32, linear_value_head_dim=32,
+                        linear_key_head_dim=LINEAR_HEAD_DIM,
+                        linear_value_head_dim=LINEAR_HEAD_DIM,
                         linear_conv_kernel_dim=4,
                         layer_types=["linear_attention", "full_attention"],
                         rope_parameters={"rope_type": "default", "rope_theta": 1e7,
