@@ -48,6 +48,7 @@ def test_sp_on_ray(llama, llama_ref, ray_cluster, executor, tp, sp, pp):
            "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1" if executor == "v2" else "0"}
     got = run(llama, tp=tp, sp=sp, pipeline_parallel_size=pp,
               distributed_executor_backend="ray", env=env)
-    check_ray_ranks(got.log, "RayWorkerProc" if executor == "v2" else "RayWorkerWrapper", tp, sp)
+    check_ray_ranks(got.log, "RayWorkerProc" if executor == "v2" else "RayWorkerWrapper", tp, sp,
+                    pp)
     assert_same(llama_ref, got, what=f"Ray ({executor}) PP={pp} x TP={tp} x SP={sp} vs TP=1")
     check_prefix_cache(got)
