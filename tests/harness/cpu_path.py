@@ -25,9 +25,7 @@ the pin stops taking effect (a release that reads CPU features elsewhere).
 
 from __future__ import annotations
 
-import importlib.abc
 import os
-import sys
 from pathlib import Path
 
 FORCE_AVX2 = Path(__file__).resolve().parent / "force_avx2"
@@ -69,52 +67,17 @@ def pin() -> None:
     hide_avx512()
 
 
-_CHECKS = ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_avx512_vnni_supported",
-           "_is_amx_tile_supported", "_is_amx_fp16_supported")
-
-
 def hide_avx512() -> None:
-    """torch.cpu's AVX-512, VNNI and AMX checks answer False, in this
-    process, whenever it imports torch (``force_avx2/sitecustomize.py``
-    calls this at every interpreter's start).  Not by importing torch here:
-    that would cost every Python process of a test run ~1.7 s, torch or
-    not; a finder on ``sys.meta_path`` patches ``torch.cpu`` as it loads."""
-    cpu = sys.modules.get("torch.cpu")
-    if cpu is not None:
-        _hide(cpu)
-    elif not any(isinstance(f, _PatchTorchCpu) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchTorchCpu())
-
-
-def _hide(cpu) -> None:
-    for name in _CHECKS:
+    """torch.cpu's AVX-512, VNNI and AMX checks answer False (what
+    ``force_avx2/sitecustomize.py`` does at every interpreter's start)."""
+    try:
+        import torch.cpu as cpu
+    except ImportError:             # a Python without torch (a package build's)
+        return
+    for name in ("_is_avx512_supported", "_is_avx512_bf16_supported",
+                 "_is_avx512_vnni_supported", "_is_amx_tile_supported", "_is_amx_fp16_supported"):
         if hasattr(cpu, name):
             setattr(cpu, name, lambda: False)
-
-
-class _PatchTorchCpu(importlib.abc.MetaPathFinder):
-    """Finds ``torch.cpu`` with the finders after it and runs ``_hide`` on
-    the module once it has executed."""
-
-    def find_spec(self, name, path, target=None):
-        if name != "torch.cpu":
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        exec_module = spec.loader.exec_module
-
-        def exec_and_hide(module):
-            exec_module(module)
-            _hide(module)
-
-        spec.loader.exec_module = exec_and_hide
-        return spec
 
 
 if __name__ == "__main__":          # .ci/run's first line
