@@ -179,7 +179,7 @@ def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     if cc.max_cudagraph_capture_size is None and cc.cudagraph_capture_sizes is None:
         full_tp_max = max(sizes) // config.parallel_config.sequence_parallel_size
         sizes = [s for s in sizes if s <= full_tp_max or s > t] or sizes[:1]
-    if sizes and t < max(sizes) and t not in sizes:
+    if t < max(sizes) and t not in sizes:
         sizes = sorted(sizes + [t])
     full_tp = [s for s in sizes if s <= t]
     logger.info("Shift parallelism: threshold %d tokens; CUDA graphs: full TP for %s, "
