@@ -37,6 +37,23 @@ step() {
   fi
 }
 
+# cache_back NAME DIR: ~/.cache/DIR as $OUT/NAME.tgz when it holds other files than the
+# last one returned, and only if that fits a returned file (16 MiB); else its size goes to
+# the log.
+cache_back() {
+  local n
+  n=$(find ~/.cache/"$2" -type f 2>/dev/null | wc -l)
+  (( n > 0 )) && [[ $n != "$(cat "$BENCH_DIR/$1.returned" 2>/dev/null)" ]] || return 0
+  tar czf "$BENCH_DIR/$1.tgz" -C ~/.cache "$2" || return 0
+  if (( $(stat -c %s "$BENCH_DIR/$1.tgz") < 16000000 )); then
+    mv "$BENCH_DIR/$1.tgz" "$OUT/" && echo "$n" > "$BENCH_DIR/$1.returned"
+  else
+    echo "$1: $(du -h "$BENCH_DIR/$1.tgz" | cut -f1) compressed, over a returned file: kept here" \
+      >> "$res/progress.log"
+    echo "$n" > "$BENCH_DIR/$1.returned"
+  fi
+}
+
 case "$1" in
   run)
     plan=$2 parts=$3
@@ -92,12 +109,12 @@ case "$1" in
     if [[ -n "${OUT:-}" ]]; then
       # one archive: $OUT keeps only shallow folders
       tar czf "$OUT/res.tgz" -C "$BENCH_DIR" res --exclude='*.safetensors' 2>/dev/null
-      # FlashInfer's JIT-compiled kernels (~33 MiB), whenever a step has built
-      # more of them since the last poll that returned them: the next lease
-      # carries them to host-setup.sh (benchmarks/README.md, staging).
-      built=$(find ~/.cache/flashinfer -name '*.so' 2>/dev/null | wc -l)
-      if (( built > 0 )) && [[ $built != "$(cat "$BENCH_DIR/fi-cache.returned" 2>/dev/null)" ]]; then
-        tar czf "$OUT/fi-cache.tgz" -C ~/.cache flashinfer && echo "$built" > "$BENCH_DIR/fi-cache.returned"
-      fi
+      # What the start-ups compiled, whenever a step has added to it since the last
+      # poll that returned it: the next lease carries it to host-setup.sh
+      # (benchmarks/README.md, staging).  FlashInfer's JIT kernels (~33 MiB; the
+      # fused all-reduce's JIT took 2.5 min) and vLLM's torch.compile cache (Shift's
+      # two models at 70B: 95 s + 170 s a start).
+      cache_back fi-cache flashinfer
+      cache_back vllm-cache vllm
     fi ;;
 esac
