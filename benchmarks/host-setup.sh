@@ -35,16 +35,15 @@ PYTHONPATH=$SITE_OFFICIAL python3 -c 'import vllm; print("official", vllm.__vers
 PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__, vllm.__file__)'
 # FlashInfer's kernels compiled by an earlier lease (a session.sh poll returns
 # them as $OUT/fi-cache.tgz when more were built): the JIT of the fused all-reduce takes ~2.5 min
-# of a lease's start-ups otherwise.  Same image, same cards' architecture.
-# vLLM's torch.compile cache likewise (keyed by config and code: a start whose
-# key it lacks compiles as before).
+# of a lease's start-ups otherwise.  Same image, same cards' architecture.  The
+# archive keeps the lease's file times, older than FlashInfer's sources as this
+# lease's install just wrote them: ninja then rebuilt every kernel (the 4xH100
+# lease of 2026-11-27: trtllm_comm 3 min and sampling 2 min of Shift's start), so
+# the unpacked files are dated now.
 if [[ -f $parts/fi-cache.tgz ]]; then
-  mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache
+  mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache --touch
+  find ~/.cache/flashinfer -exec touch {} +
   echo "flashinfer JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1) from an earlier lease"
-fi
-if [[ -f $parts/vllm-cache.tgz ]]; then
-  mkdir -p ~/.cache && tar -xzf "$parts/vllm-cache.tgz" -C ~/.cache
-  echo "vllm compile cache: $(du -sh ~/.cache/vllm | cut -f1) from an earlier lease"
 fi
 for sdist in "$parts"/arctic_inference-*.tar.gz; do
   if [[ -f $sdist ]]; then

@@ -37,9 +37,9 @@ step() {
   fi
 }
 
-# cache_back NAME DIR: ~/.cache/DIR as $OUT/NAME.tgz when it holds other files than the
-# last one returned, and only if that fits a returned file (16 MiB); else its size goes to
-# the log.
+# cache_back NAME DIR: ~/.cache/DIR as $OUT/NAME.tgz when it holds another number of
+# files than the last one returned, and only if that fits a returned file (16 MiB); else
+# its size goes to the log.
 cache_back() {
   local n
   n=$(find ~/.cache/"$2" -type f 2>/dev/null | wc -l)
@@ -109,12 +109,11 @@ case "$1" in
     if [[ -n "${OUT:-}" ]]; then
       # one archive: $OUT keeps only shallow folders
       tar czf "$OUT/res.tgz" -C "$BENCH_DIR" res --exclude='*.safetensors' 2>/dev/null
-      # What the start-ups compiled, whenever a step has added to it since the last
-      # poll that returned it: the next lease carries it to host-setup.sh
-      # (benchmarks/README.md, staging).  FlashInfer's JIT kernels (~33 MiB; the
-      # fused all-reduce's JIT took 2.5 min) and vLLM's torch.compile cache (Shift's
-      # two models at 70B: 95 s + 170 s a start).
+      # FlashInfer's JIT kernels (~33 MiB), whenever a step has built more of them
+      # since the last poll that returned them: the next lease carries them to
+      # host-setup.sh (benchmarks/README.md, staging).  vLLM's torch.compile cache is
+      # not returned: after the 70B lease's three layouts it was 127 MiB compressed,
+      # over a returned file (16 MiB).
       cache_back fi-cache flashinfer
-      cache_back vllm-cache vllm
     fi ;;
 esac
