@@ -3,16 +3,20 @@ linear attention and gated full attention, MoE) on the real vLLM CPU engine:
 every layout gives TP=1's greedy tokens and prompt logprobs, or in
 bfloat16 those of the upstream layout it computes like.
 
-bfloat16, as the CPU GDN kernels take nothing else (on 0.26 with the
-recurrent state in float32, ``mamba_ssm_cache_dtype``: its CPU chunk kernel
-refuses a bf16 initial state).  In bfloat16 the layouts that all-reduce over
-TP ranks sum in another order than TP=1, and on this random model a
-near-tie flips some greedy continuations; and the CPU GDN kernels may round
-otherwise with fewer heads per rank (on an AMX host upstream's own TP=4,
-one linear key head per rank, departs from TP=1: docs/reliability.md).  So
+bfloat16, as the CPU GDN kernels take nothing else, with the recurrent
+state in float32 (``mamba_ssm_cache_dtype``, harness.models.GDN_F32) on
+every release: 0.26's CPU chunk kernel takes nothing else, and on 0.32 a
+bf16 state rounds once more per step, which put Shift 1.5% beyond its bound
+(the families' and speculative tests run 0.32's hybrids with the bf16 state).
+In bfloat16 the layouts that all-reduce over TP ranks sum in another
+order than TP=1, and on this random model a near-tie flips some greedy
+continuations; and the CPU GDN kernels may round otherwise with fewer
+heads per rank (on an AMX host upstream's own TP=4, one linear key head
+per rank, departs from TP=1: docs/reliability.md).  So
 each layout is held to the upstream layouts whose per-rank products it
 computes: SP=2 (TP=1's projections, TP=2's heads per rank) to TP=1 bit for
-bit, as it is on every host seen; Shift at TP=2 x SP=2, whose SP steps run
+bit on 0.26, as it is on every host seen (0.32: TP=1's tokens, logprobs
+within 1e-3); Shift at TP=2 x SP=2, whose SP steps run
 TP=2's projections on TP=4's GDN heads per rank and whose decodes are
 upstream's TP=4, no further from TP=2 than TP=4 is and no further from
 TP=4 than TP=2 is (harness.compare.assert_between).
@@ -29,7 +33,8 @@ from __future__ import annotations
 import pytest
 
 from harness.compare import assert_between, assert_no_further, assert_same
-from harness.models import GDN, make_qwen3_next
+from harness.models import GDN_F32 as GDN
+from harness.models import make_qwen3_next
 from harness.repo import VERSION
 from harness.workload import check_prefix_cache, run
 
@@ -38,13 +43,17 @@ pytestmark = pytest.mark.e2e
 
 def check_hits(r):
     """0.26: the workload's prefix-cache check.  0.32's Mamba 'align' mode
-    restores fewer GDN states (its TP=1 gets no hit for the 96-token prefix:
-    cached [128, 0, 64]), so there: the repeated long prompt restores the
-    state at 128 tokens."""
+    restores a GDN state only at the layout's own block boundaries (vLLM
+    sizes the block so that its KV page holds a layer's state per GPU, so
+    the size differs by layout): fewer hits, on other prompts per layout
+    (tokens cached of [LONG] again and THEN's two: TP=1 and TP=2 [96, 96, 0],
+    TP=4 and Shift [128, 0, 64]).  There: the repeated long prompt and one
+    of THEN's prompts restore a state."""
     if VERSION == "0.26.0":
         check_prefix_cache(r)
     else:
-        assert r.cached_tokens[-3] >= 128, r.cached_tokens
+        c = r.cached_tokens
+        assert c[-3] >= 64 and max(c[-2:]) >= 64, c
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +98,15 @@ def test_tp2_is_a_fair_bound(tp1, tp2):
     assert_no_further(tp1, BF16_SPREAD, tp2, what="TP=2 vs TP=1")
 
 
+# SP=2 against TP=1: bit for bit on 0.26.  0.32's CPU GDN kernel sums a
+# float32 state in another order with half the heads per rank (on the pinned
+# AVX2 path: 4.7e-4 at most, 2026-11-27, AVX-512 host), the tokens the same.
+SP2_ATOL = 0.0 if VERSION == "0.26.0" else 1e-3
+
+
 def test_sp2(model, tp1):
     got = run(model, sp=2, **GDN)
-    assert_same(tp1, got, atol=0.0, what="SP=2 vs TP=1")
+    assert_same(tp1, got, atol=SP2_ATOL, what="SP=2 vs TP=1")
     check_hits(got)
 
 
@@ -104,7 +119,7 @@ def test_shift_tp2_sp2(model, tp2, tp4):
     SP view's state is laid out as full-TP rank t*SP+s's).
 
     Block size: vLLM sizes the attention block so that a page holds a GDN
-    layer's state per GPU; here and at TP=4 that is 16 tokens (TP=2: 32),
+    layer's state per GPU; here and at TP=4 that is 16 tokens on 0.26 (TP=2: 32),
     so prefix hits restore states at TP=4's boundaries."""
     got = run(model, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN)
     assert_between(tp2, tp4, got, what="shift TP=2xSP=2 between TP=2 and TP=4")

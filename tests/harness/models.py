@@ -153,13 +153,14 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
 # The hybrid (Qwen3-Next: Gated-DeltaNet and gated attention, MoE), in
 # bfloat16, as the CPU GDN kernels take nothing else: 0.26's take linear head
 # dims that are multiples of 32 and a float32 recurrent state (its CPU chunk
-# kernel refuses a bf16 initial state), 0.32's head dims 64 or 128 and a
-# bfloat16 state too; either way a layer's state fits one block of <= 64
-# tokens.  GDN: the engine arguments every run of it takes.
-if VERSION == "0.26.0":
-    LINEAR_HEAD_DIM, GDN = 32, dict(dtype="bfloat16", mamba_ssm_cache_dtype="float32")
-else:
-    LINEAR_HEAD_DIM, GDN = 64, dict(dtype="bfloat16", mamba_ssm_cache_dtype="bfloat16")
+# kernel refuses a bf16 initial state), 0.32's head dims 64 or 128 and either
+# state.  GDN: the engine arguments every run of it takes, the state as the
+# release takes it (0.32: bf16, a layer's state then fits one block of <= 64
+# tokens); GDN_F32: the float32 state on every release (test_e2e_hybrid: 0.32
+# then covers both state dtypes).
+LINEAR_HEAD_DIM = 32 if VERSION == "0.26.0" else 64
+GDN_F32 = dict(dtype="bfloat16", mamba_ssm_cache_dtype="float32")
+GDN = GDN_F32 if VERSION == "0.26.0" else dict(GDN_F32, mamba_ssm_cache_dtype="bfloat16")
 
 
 def make_qwen3_next(root: Path) -> Path:
