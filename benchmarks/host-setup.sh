@@ -42,7 +42,6 @@ PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__, v
 # the unpacked files are dated now.
 if [[ -f $parts/fi-cache.tgz ]]; then
   mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache --touch
-  find ~/.cache/flashinfer -exec touch {} +
   echo "flashinfer JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1) from an earlier lease"
 fi
 for sdist in "$parts"/arctic_inference-*.tar.gz; do

@@ -37,23 +37,6 @@ step() {
   fi
 }
 
-# cache_back NAME DIR: ~/.cache/DIR as $OUT/NAME.tgz when it holds another number of
-# files than the last one returned, and only if that fits a returned file (16 MiB); else
-# its size goes to the log.
-cache_back() {
-  local n
-  n=$(find ~/.cache/"$2" -type f 2>/dev/null | wc -l)
-  (( n > 0 )) && [[ $n != "$(cat "$BENCH_DIR/$1.returned" 2>/dev/null)" ]] || return 0
-  tar czf "$BENCH_DIR/$1.tgz" -C ~/.cache "$2" || return 0
-  if (( $(stat -c %s "$BENCH_DIR/$1.tgz") < 16000000 )); then
-    mv "$BENCH_DIR/$1.tgz" "$OUT/" && echo "$n" > "$BENCH_DIR/$1.returned"
-  else
-    echo "$1: $(du -h "$BENCH_DIR/$1.tgz" | cut -f1) compressed, over a returned file: kept here" \
-      >> "$res/progress.log"
-    echo "$n" > "$BENCH_DIR/$1.returned"
-  fi
-}
-
 case "$1" in
   run)
     plan=$2 parts=$3
@@ -109,11 +92,14 @@ case "$1" in
     if [[ -n "${OUT:-}" ]]; then
       # one archive: $OUT keeps only shallow folders
       tar czf "$OUT/res.tgz" -C "$BENCH_DIR" res --exclude='*.safetensors' 2>/dev/null
-      # FlashInfer's JIT kernels (~33 MiB), whenever a step has built more of them
-      # since the last poll that returned them: the next lease carries them to
-      # host-setup.sh (benchmarks/README.md, staging).  vLLM's torch.compile cache is
-      # not returned: after the 70B lease's three layouts it was 127 MiB compressed,
-      # over a returned file (16 MiB).
-      cache_back fi-cache flashinfer
+      # FlashInfer's JIT-compiled kernels (~33 MiB), whenever a step has built
+      # more of them since the last poll that returned them: the next lease
+      # carries them to host-setup.sh (benchmarks/README.md, staging).  (vLLM's
+      # torch.compile cache was 127 MiB compressed after the 70B lease's three
+      # layouts: over what a poll can return, so not carried.)
+      built=$(find ~/.cache/flashinfer -name '*.so' 2>/dev/null | wc -l)
+      if (( built > 0 )) && [[ $built != "$(cat "$BENCH_DIR/fi-cache.returned" 2>/dev/null)" ]]; then
+        tar czf "$OUT/fi-cache.tgz" -C ~/.cache flashinfer && echo "$built" > "$BENCH_DIR/fi-cache.returned"
+      fi
     fi ;;
 esac

@@ -33,8 +33,7 @@ from __future__ import annotations
 import pytest
 
 from harness.compare import assert_between, assert_no_further, assert_same
-from harness.models import GDN_F32 as GDN
-from harness.models import make_qwen3_next
+from harness.models import GDN_F32, make_qwen3_next
 from harness.repo import VERSION
 from harness.workload import check_prefix_cache, run
 
@@ -63,7 +62,7 @@ def model(models_dir):
 
 @pytest.fixture(scope="module")
 def tp1(model):
-    r = run(model, **GDN)
+    r = run(model, **GDN_F32)
     check_hits(r)
     return r
 
@@ -80,13 +79,13 @@ BF16_SPREAD = 0.75
 
 @pytest.fixture(scope="module")
 def tp2(model):
-    return run(model, tp=2, **GDN)
+    return run(model, tp=2, **GDN_F32)
 
 
 @pytest.fixture(scope="module")
 def tp4(model):
     """Upstream's TP=4: one linear key head, two value heads per rank."""
-    return run(model, tp=4, **GDN)
+    return run(model, tp=4, **GDN_F32)
 
 
 def test_tp2_is_a_fair_bound(tp1, tp2):
@@ -105,7 +104,7 @@ SP2_ATOL = 0.0 if VERSION == "0.26.0" else 1e-3
 
 
 def test_sp2(model, tp1):
-    got = run(model, sp=2, **GDN)
+    got = run(model, sp=2, **GDN_F32)
     assert_same(tp1, got, atol=SP2_ATOL, what="SP=2 vs TP=1")
     check_hits(got)
 
@@ -121,7 +120,7 @@ def test_shift_tp2_sp2(model, tp2, tp4):
     Block size: vLLM sizes the attention block so that a page holds a GDN
     layer's state per GPU; here and at TP=4 that is 16 tokens on 0.26 (TP=2: 32),
     so prefix hits restore states at TP=4's boundaries."""
-    got = run(model, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN)
+    got = run(model, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN_F32)
     assert_between(tp2, tp4, got, what="shift TP=2xSP=2 between TP=2 and TP=4")
     check_hits(got)
     assert len(got.shift) == 4
