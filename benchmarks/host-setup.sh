@@ -34,15 +34,44 @@ fi
 PYTHONPATH=$SITE_OFFICIAL python3 -c 'import vllm; print("official", vllm.__version__, vllm.__file__)'
 PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__, vllm.__file__)'
 # FlashInfer's kernels compiled by an earlier lease (a session.sh poll returns
-# them as $OUT/fi-cache.tgz when more were built): the JIT of the fused all-reduce takes ~2.5 min
-# of a lease's start-ups otherwise.  Same image, same cards' architecture.  The
-# archive keeps the lease's file times, older than FlashInfer's sources as this
-# lease's install just wrote them: ninja then rebuilt every kernel (the 4xH100
-# lease of 2026-11-27: trtllm_comm 3 min and sampling 2 min of Shift's start), so
-# the unpacked files are dated now.
+# them as $OUT/fi-cache.tgz when more were built): the JIT of the fused all-reduce
+# and of the sampler took ~6 min of Shift's start otherwise.  Same image, same
+# cards' architecture.  FlashInfer runs ninja on every load, and ninja rebuilds an
+# output when an input it recorded (the source and every header in its deps log)
+# is newer than the output's recorded time: this lease's install has just written
+# FlashInfer's sources and torch's headers, so every carried kernel was rebuilt.
+# Dating the unpacked outputs now (tar --touch) did not help (the 4xH100 leases
+# of 2026-11-27: trtllm_comm 3.7 min, sampling 2 min, both times): ninja then
+# reads the deps log as stale.  So the archive keeps its times, and the inputs
+# ninja recorded outside the cache are dated back (2000-01-01, before any build;
+# only file times change, in this host's fresh install); ninja's dry run then
+# says per kernel whether it is up to date.
+fi_cache_current() {
+  local d f op
+  if ! command -v ninja > /dev/null; then
+    echo "flashinfer JIT cache: no ninja on PATH: not checked"; return 0
+  fi
+  for d in ~/.cache/flashinfer/*/*/cached_ops/*/; do
+    [[ -f $d/build.ninja ]] || continue
+    op=$(basename "$d")
+    { ninja -C "$d" -t deps | sed -n 's/^    //p'; ninja -C "$d" -t inputs; } | sort -u |
+      while read -r f; do
+        if [[ $f == /* && -f $f && $f != "$HOME"/.cache/flashinfer/* ]]; then
+          touch -d @946684800 "$f"
+        fi
+      done
+    if ninja -C "$d" -n 2>&1 | grep -q "no work to do"; then
+      echo "flashinfer JIT cache: $op up to date"
+    else
+      echo "flashinfer JIT cache: $op to be rebuilt:" \
+        "$(ninja -C "$d" -n -d explain 2>&1 | grep -m1 "explain:")"
+    fi
+  done
+}
 if [[ -f $parts/fi-cache.tgz ]]; then
-  mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache --touch
+  mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache
   echo "flashinfer JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1) from an earlier lease"
+  fi_cache_current
 fi
 for sdist in "$parts"/arctic_inference-*.tar.gz; do
   if [[ -f $sdist ]]; then
