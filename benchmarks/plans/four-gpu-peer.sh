@@ -8,10 +8,13 @@
 # saturation >= 0.9x DP).  lat32k is left to a later lease: 8k is where TTFT was measured
 # beside TP=4, and a cut lease should keep the saturation rows.  The anchor first; the peer
 # before DP (its tier has never run; DP's sat4k_500 is the one row tier 3 lacks).
-# Staged and started as four-gpu.sh is (its header), the peer's sdist included.  Minutes,
-# from lease 3 (4xH100): Shift's start 10.4 (~5.5 expected with the dated FlashInfer cache of
-# host-setup.sh), lat8k/lat4k ~0.7 each, sat4k_500 ~2.5 a layout; DP's start 3.6; the peer's
-# start unmeasured at 70B (its TP=2 8B start on 2xH100 took ~3): ~27 with the installs.
+# Staged and started as four-gpu.sh is (its header), the peer's sdist included; run it fresh
+# on each lease (no RESUME: the rows compare within one lease).  Minutes, from lease 4
+# (4xH100, benchmarks/results/2026-11-27-4gpu-70b-fp8-shift-h100/): staging 1.9, installs 3.5
+# (the peer's build included), Shift's start 12.3 of which 5.7 were FlashInfer rebuilding its
+# carried cache (host-setup.sh dates its inputs back since: ~6.5 expected), its three
+# workloads 4.8, DP's start 4.2 and sat4k_500 ~2.8; the peer's start unmeasured at 70B.
+# Lease 4 served Shift only (the peer skipped by hand, DP's row cut by the device time).
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag peer"
 W=lat8k,lat4k,sat4k_500
