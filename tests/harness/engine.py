@@ -20,8 +20,15 @@ CPU, most of a TP=1 run and a fifth of a TP=2 x SP=2 run on the 2-core CI
 machine.  The fork has done nothing but the imports (no engine, no thread
 pool: the imports run no parallel op), and the child takes the run's
 environment before vLLM reads any of it, so it starts as the fresh
-interpreter would after its imports; vLLM then spawns its workers as for
-a user (the CPU platform forces spawn).  A run whose environment differs
+interpreter would after its imports.  Its workers are forked from it in
+turn (``_fork_workers``) where vLLM's CPU platform would spawn them: a spawned
+worker imported vLLM again, ~5 s of CPU a rank, most of a TP=2 run's start
+(0.32.0, the 2-core CI machine: TP=2 14.4 s against 6.2, SP=4 27.9 against
+14.4, TP=2 x SP=2 Shift 29.7 against 12.7).  Forked workers are what ``vllm serve`` gives a GPU
+user (vLLM forks them unless CUDA is already initialised); spawned ones,
+what the CPU platform gives, run in every ``vllm serve`` test
+(harness.server), in every run that takes a fresh interpreter, and in
+all runs with ``SP_TEST_FORK=0``.  A run whose environment differs
 from the forker's in anything read at import time (Ray's, Inductor on)
 gets a fresh interpreter as before; folders a run adds to ``PYTHONPATH``
 (the suffix drafter's package) the child puts on ``sys.path`` itself.
@@ -202,7 +209,7 @@ def _prompt(p: Prompt) -> dict:
     return out
 
 
-def _child(spec: dict) -> None:
+def _child(spec: dict, fork_workers: bool = False) -> None:
     import time
 
     from vllm import LLM, SamplingParams
@@ -219,6 +226,8 @@ def _child(spec: dict) -> None:
     if (engine.get("tensor_parallel_size", 1) * engine.get("sequence_parallel_size", 1)
             * engine.get("pipeline_parallel_size", 1)) > 1:
         engine.setdefault("distributed_executor_backend", "mp")
+    if fork_workers:
+        _fork_workers()
     t0 = time.time()
     llm = LLM(spec["model"], **engine)
 
@@ -271,6 +280,18 @@ def _child(spec: dict) -> None:
     llm.llm_engine.engine_core.shutdown()
 
 
+def _fork_workers() -> None:
+    """Start the engine's workers by fork (module docstring: a forked child
+    has imported vLLM and started no thread pool, so its forks start as
+    spawned workers would after their imports).  Only the worker processes:
+    vLLM's executor takes its start method from this module-level name."""
+    import multiprocessing
+
+    from vllm.v1.executor import multiproc_executor
+
+    multiproc_executor.get_mp_context = lambda: multiprocessing.get_context("fork")
+
+
 def _gather_report(worker) -> dict:
     """On one rank: forwards of the SP model that gathered only the
     sampled rows of the step, and those that gathered all of it."""
@@ -314,9 +335,14 @@ def _shift_report(worker) -> dict:
 # SP_TEST_FORK=0: every run in a fresh interpreter.
 FORK = os.environ.get("SP_TEST_FORK", "1") != "0"
 # What a forked child may set differently from the forker: vLLM reads these
-# when the engine starts (vllm.envs is read on access), never at import.
+# when the engine starts (vllm.envs is read on access), never at import; and
+# pytest's name of the running test, which no import reads.  Without it every
+# run outside the phase of the one that started the forker (the first
+# fixture's) took a fresh interpreter: the forker served almost nothing
+# (0.32.0, test_e2e_shift.py: 137 s, 111 s with it here, 59 s with the
+# workers forked too).
 READ_LATE = {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
-             "VLLM_ALLOW_INSECURE_SERIALIZATION"}
+             "VLLM_ALLOW_INSECURE_SERIALIZATION", "PYTEST_CURRENT_TEST"}
 # Folders a run adds to PYTHONPATH (the suffix drafter's package): the child
 # puts them on sys.path itself; vLLM finds plugins there when the engine
 # starts, and its spawned workers read PYTHONPATH as usual.
@@ -465,7 +491,7 @@ def _forker() -> None:
             sys.path[:0] = [d for d in added if d and d not in sys.path]
             status = 0
             try:
-                _child(req["spec"])
+                _child(req["spec"], fork_workers=True)
             except BaseException:
                 traceback.print_exc()
                 status = 1
