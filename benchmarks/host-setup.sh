@@ -72,6 +72,8 @@ if [[ -f $parts/fi-cache.tgz ]]; then
   mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache
   echo "flashinfer JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1) from an earlier lease"
   fi_cache_current
+  # what was carried in need not go back out (session.sh returns the cache when this changes)
+  find ~/.cache/flashinfer -name '*.so' | wc -l > "$BENCH_DIR/fi-cache.returned"
 fi
 for sdist in "$parts"/arctic_inference-*.tar.gz; do
   if [[ -f $sdist ]]; then

@@ -361,6 +361,10 @@ def check_install(layout: str, shape: str) -> str:
     return _INSTALLS[install]
 
 
+# vLLM's engine logs this when its start-up raised (vllm/v1/engine/core.py, run_engine_core).
+ENGINE_FAILED = "EngineCore failed to start"
+
+
 def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
     port = free_port()
     cmd = serve_cmd(layout, shape, model, port, extra)
@@ -371,10 +375,19 @@ def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
                                 env=env_for(layout, shape), start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 900
+    failed_at = None
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"{layout}: server exited ({proc.returncode}):\n"
                                + log.read_text()[-3000:])
+        # The peer's server at 70B FP8 (lease 5) logged this and then held its GPUs without
+        # exiting until the 900 s deadline: give a failed engine a minute to exit, no more.
+        if failed_at is None and ENGINE_FAILED in log.read_text(errors="replace"):
+            failed_at = time.time()
+        if failed_at is not None and time.time() > failed_at + 60:
+            stop(proc)
+            raise RuntimeError(f"{layout}: {ENGINE_FAILED!r} and the server did not exit in "
+                               "60 s (stopped):\n" + log.read_text()[-3000:])
         try:
             if urllib.request.urlopen(base + "/health", timeout=5).status == 200:
                 return proc, port, base
@@ -808,7 +821,8 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     proc, port, base = serve(layout, shape, model, log, extra)
     started = time.time() - t0
     runs.append({"seconds": started, "log": log.name, "workloads": todo, "lease": info["id"],
-                 "card": info["card"], "vllm": installed})
+                 "card": info["card"], "vllm": installed, "serve_args": extra,
+                 "env": env_shown(layout, shape)})
     (out_dir / "startup.json").write_text(json.dumps({"seconds": started, "runs": runs}))
     print(f"{layout}: server up in {started:.0f} s ({installed}; lease {info['id']}, "
           f"{info['card']})", flush=True)
