@@ -14,7 +14,7 @@ each engine's start on the 2-core CI machine, and 1 GiB per rank of its
 memory.
 
 Where the child comes from (``FORK``): most runs fork it from one process
-that has imported vLLM once per session (``_Forker``), instead of starting
+that has imported vLLM once per session (``Forker``), instead of starting
 an interpreter that imports it again: ``from vllm import LLM`` is ~9 s of
 CPU, most of a TP=1 run and a fifth of a TP=2 x SP=2 run on the 2-core CI
 machine.  The fork has done nothing but the imports (no engine, no thread
@@ -37,6 +37,7 @@ gets a fresh interpreter as before; folders a run adds to ``PYTHONPATH``
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import re
@@ -46,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -342,21 +344,26 @@ FORK = os.environ.get("SP_TEST_FORK", "1") != "0"
 # (0.32.0, test_e2e_shift.py: 137 s, 111 s with it here, 59 s with the
 # workers forked too).
 READ_LATE = {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
-             "VLLM_ALLOW_INSECURE_SERIALIZATION", "PYTEST_CURRENT_TEST"}
+             "VLLM_ALLOW_INSECURE_SERIALIZATION", "VLLM_DIST_IDENT", "PYTEST_CURRENT_TEST"}
 # Folders a run adds to PYTHONPATH (the suffix drafter's package): the child
 # puts them on sys.path itself; vLLM finds plugins there when the engine
 # starts, and its spawned workers read PYTHONPATH as usual.
 PATH = "PYTHONPATH"
 
 
-class _Forker:
-    """The process the children are forked from (``engine.py --forker``),
-    started at the first run that can use it and kept for the session.
-    Protocol, one line each way: the test sends {spec, env, out}; the
-    forker answers ``pid <child>`` and, once the child has exited,
-    ``exit <code>``; the child's stdout and stderr go to ``out``."""
+class Forker:
+    """A process children are forked from (``engine.py --forker``), for the
+    runs of one environment (``home()``: what a run's environment must equal
+    in all but READ_LATE), started at the first run that can use it and kept
+    for the session.  Protocol, one line each way: the test sends {spec, env,
+    out}; the forker answers ``pid <child>`` and, once the child has exited,
+    ``exit <code>``; the child's stdout and stderr go to ``out``.  A spec
+    with ``call`` ("module:function") and ``args`` runs that function of the
+    harness in the child (its return value the exit code: the gloo unit
+    tests' launcher); any other, an engine (``_child``)."""
 
-    def __init__(self):
+    def __init__(self, home: Callable[[], dict[str, str]]):
+        self.home = home
         self.proc: subprocess.Popen | None = None
         self.broken = False
         self.buf = b""
@@ -399,7 +406,7 @@ class _Forker:
         """(exit code, output) of the run in a forked child; None where the
         run needs a fresh interpreter (its environment) or the forker is
         gone (then every later run gets one too)."""
-        if self.broken or _early(env) != _early(default_env()):
+        if self.broken or _early(env) != _early(self.home()):
             return None
         if self.proc is None:
             self.env = _early(env)
@@ -427,8 +434,6 @@ class _Forker:
                                                 Path(out.name).read_text()[-6000:])
             return int(line.split()[1]), Path(out.name).read_text()
 
-
-_FORKER = _Forker()
 
 
 def _exit(status: int) -> None:
@@ -462,6 +467,9 @@ def default_env(world: int = 1) -> dict[str, str]:
     return env
 
 
+_FORKER = Forker(default_env)
+
+
 def _forker() -> None:
     # Answers go to the test on a descriptor of their own; whatever else is
     # printed (vLLM logs to stdout) goes to the forker's log.
@@ -489,9 +497,13 @@ def _forker() -> None:
             os.environ.update(req["env"])
             added = os.environ.get(PATH, "").split(os.pathsep)
             sys.path[:0] = [d for d in added if d and d not in sys.path]
-            status = 0
+            spec, status = req["spec"], 0
             try:
-                _child(req["spec"], fork_workers=True)
+                if "call" in spec:
+                    module, name = spec["call"].split(":")
+                    status = getattr(importlib.import_module(module), name)(*spec["args"])
+                else:
+                    _child(spec, fork_workers=True)
             except BaseException:
                 traceback.print_exc()
                 status = 1

@@ -12,7 +12,11 @@ function imports at its top level: on the 2-core CI machine, four ranks
 importing vLLM each took ~25 s of every TP=2 x SP=2 test before any rank
 ran a line of it.  Nothing is initialised before the fork (no process
 group, no config, no thread pool: OMP_NUM_THREADS is 1), so each rank
-starts as a fresh interpreter would after its imports."""
+starts as a fresh interpreter would after its imports.  The launcher in
+turn is forked from a process of the session that has imported vLLM once
+in this environment (``engine.Forker``; a fresh interpreter with
+``SP_TEST_FORK=0``): a launcher importing vLLM again took ~10 s of each
+test."""
 
 from __future__ import annotations
 
@@ -28,9 +32,22 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from . import engine
 from .net import free_port
 
 TESTS = Path(__file__).resolve().parents[1]
+
+
+def _env(port: int) -> dict[str, str]:
+    """The launcher's and the ranks' environment
+    (the CPU engine names its shared-memory groups by VLLM_DIST_IDENT; so do we)."""
+    return dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", OMP_NUM_THREADS="1",
+                VLLM_DIST_IDENT=f"gloo-unit-{port}",
+                PYTHONPATH=os.pathsep.join([str(TESTS), *filter(None, [
+                    os.environ.get("PYTHONPATH")])]))
+
+
+_FORKER = engine.Forker(lambda: _env(0))
 
 
 def run_ranks(fn: Callable[..., None], tmp_path: Path, tp: int, sp: int,
@@ -40,21 +57,16 @@ def run_ranks(fn: Callable[..., None], tmp_path: Path, tp: int, sp: int,
     module = sys.modules[fn.__module__]
     assert fn.__qualname__ == fn.__name__, f"{fn.__qualname__}: not a module-level function"
     world, port = tp * sp, free_port()
-    # (the CPU engine names its shared-memory groups by VLLM_DIST_IDENT; so do we)
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", OMP_NUM_THREADS="1",
-               VLLM_DIST_IDENT=f"gloo-unit-{port}",
-               PYTHONPATH=os.pathsep.join([str(TESTS), *filter(None, [
-                   os.environ.get("PYTHONPATH")])]))
-    proc = subprocess.Popen([sys.executable, "-m", "harness.gloo", module.__file__,
-                             fn.__module__, fn.__name__,
-                             *map(str, (world, tp, sp, port)), str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    env = _env(port)
+    args = [module.__file__, fn.__module__, fn.__name__, world, tp, sp, port, str(tmp_path)]
     try:
-        launcher_out = proc.communicate(timeout=timeout)[0]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        launcher_out = proc.communicate()[0] + f"\n(timed out after {timeout} s)"
+        forked = _FORKER.run({"call": "harness.gloo:_launch", "args": args}, env, timeout) \
+            if engine.FORK else None
+    except subprocess.TimeoutExpired as e:
+        forked = -9, f"{e.output}\n(timed out after {timeout} s)"
+    if forked is None:
+        forked = _launch_fresh(args, env, timeout)
+    returncode, launcher_out = forked
     outs = [(tmp_path / f"rank{r}").read_text() if (tmp_path / f"rank{r}").exists() else ""
             for r in range(world)]
     failed = [r for r, out in enumerate(outs) if f"worker-ok {r}" not in out]
@@ -62,7 +74,20 @@ def run_ranks(fn: Callable[..., None], tmp_path: Path, tp: int, sp: int,
     failed.sort(key=lambda r: "Traceback" not in outs[r])
     assert not failed, f"rank {failed[0]}:\n{outs[failed[0]][-3000:]}\n" \
         f"launcher:\n{launcher_out[-2000:]}"
-    assert proc.returncode == 0, launcher_out[-3000:]
+    assert returncode == 0, launcher_out[-3000:]
+
+
+def _launch_fresh(args: list, env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """The launcher in an interpreter of its own: (exit code, output)."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness.gloo", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out = proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return -9, proc.communicate()[0] + f"\n(timed out after {timeout} s)"
+    return proc.returncode, out
 
 
 def _import_function(path: str, module_name: str, name: str) -> Callable[..., None]:
