@@ -16,7 +16,7 @@
 # workloads 4.8, DP's start 4.2 and sat4k_500 ~2.8; the peer's start unmeasured at 70B.
 # Lease 4 served Shift only (the peer skipped by hand, DP's row cut by the device time).
 # Lease 5 (results/2026-11-27-4gpu-70b-fp8-peer-h100): staging 2.0, installs 3.0, Shift's
-# start 5.7 (the carried cache held) and workloads 4.8; the peer's start failed after 6.6.
+# start 5.7 (the carried cache held) and workloads 4.8; the peer's start failed after 6.0 (then its server hung).
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag peer"
 W=lat8k,lat4k,sat4k_500
