@@ -380,8 +380,8 @@ def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
         if proc.poll() is not None:
             raise RuntimeError(f"{layout}: server exited ({proc.returncode}):\n"
                                + log.read_text()[-3000:])
-        # The peer's server at 70B FP8 (lease 5) logged this and then held its GPUs without
-        # exiting until the 900 s deadline: give a failed engine a minute to exit, no more.
+        # A server can log this and then hold its GPUs without exiting (the peer's shift at
+        # 70B FP8 did, until the deadline): give a failed engine a minute to exit, no more.
         if failed_at is None and ENGINE_FAILED in log.read_text(errors="replace"):
             failed_at = time.time()
         if failed_at is not None and time.time() > failed_at + 60:
