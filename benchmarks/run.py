@@ -187,6 +187,26 @@ for _r in (1, 2, 4, 8, 16, 32, 64):                 # the paper's curve: 4k/250,
                               "--num-prompts", str(max(16, 8 * _r)), "--request-rate", str(_r)]
 
 
+# `prof_<workload>`: the workload's load again, vLLM's torch profiler tracing PROFILE[1] engine
+# steps on every rank once the server has run it PROFILE[0] seconds (steady load; a workload of
+# many users: with one user the client's one-prompt test run looks the same), the client stopped
+# once rank 0's trace is written; that trace summarised per kind of step (`serve_profile.py`)
+# is the result, `prof_<workload>.json`.  It runs after the layout's other workloads: a
+# profiler once started annotates every later step.  Traces stay under $BENCH_DIR/traces
+# (too large for res.tgz).
+PROF = "prof_"
+PROFILE = [30.0, 40]                                # run.py --profile-after, --profile-steps
+
+
+def base_workload(workload: str) -> str:
+    return workload.removeprefix(PROF)
+
+
+def known_workload(workload: str) -> bool:
+    return (base_workload(workload) in WORKLOADS if workload.startswith(PROF)
+            else workload in WORKLOADS or workload in SPECIAL_WORKLOADS)
+
+
 def rate_of(workload: str) -> float | None:
     """Requests/s of a latency-throughput workload (rateN: 2000/250, q4k_N: 4000/250)."""
     m = re.fullmatch(r"(?:rate|q4k_)(\d+)", workload)
@@ -459,7 +479,7 @@ def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
 
 
 def bench_args(workload: str, shape: str) -> list[str]:
-    args = list(WORKLOADS[workload])
+    args = list(WORKLOADS[base_workload(workload)])
     if shape == "tiny":      # keep the dry run small
         args = [str(min(int(a), 256)) if a.isdigit() else a for a in args]
     return args
@@ -520,6 +540,100 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
                        env=env_for(layout, shape), timeout=900)
         raise RuntimeError(f"{layout}/{workload}: {r.get('completed')} of {want} requests "
                            f"completed, {r.get('failed')} failed")
+
+
+def post(base: str, path: str) -> None:
+    """POST to the server; a failure is printed (a profile is a report, not a check)."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(base + path, method="POST"), timeout=600)
+    except (OSError, urllib.error.URLError) as e:
+        print(f"run.py: POST {path}: {e}", flush=True)
+
+
+def trace_dir(shape: str, layout: str) -> Path:
+    return BENCH / "traces" / set_dir(shape).name / layout
+
+
+def profiler_args(shape: str, layout: str) -> list[str]:
+    """`vllm serve`'s profiler, off until /start_profile: PROFILE[1] steps on every rank,
+    no stacks or shapes (a small trace, little overhead), the API server not traced."""
+    d = trace_dir(shape, layout)
+    d.mkdir(parents=True, exist_ok=True)
+    return ["--profiler-config", json.dumps(dict(
+        profiler="torch", torch_profiler_dir=str(d.resolve()), torch_profiler_with_stack=False,
+        torch_profiler_dump_cuda_time_total=False, ignore_frontend=True,
+        max_iterations=PROFILE[1]), separators=(",", ":"))]
+
+
+def running(base: str) -> float:
+    """Requests the server runs now (all engines), 0 when /metrics cannot be read."""
+    try:
+        text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    except (OSError, urllib.error.URLError):
+        return 0.0
+    return sum(float(v) for v in re.findall(r"^vllm:num_requests_running(?:{[^}]*})? (\S+)$",
+                                            text, re.M))
+
+
+def rank0_traces(shape: str, layout: str, since: float) -> list[Path]:
+    return [p for p in trace_dir(shape, layout).glob("*.pt.trace.json*")
+            if p.stat().st_mtime >= since and re.search(r"rank[-_]?0\.", p.name)]
+
+
+def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
+                out_dir: Path) -> None:
+    """`prof_<w>`: <w>'s load, traced for PROFILE[1] steps from PROFILE[0] s after it reached
+    the server; once rank 0's trace is written the client is stopped (the rest of the load
+    would tell nothing more, and the server aborts what it was sending).  Writes
+    `<workload>.json`: the window's summary (`serve_profile.py`), DP: engine 0's rank 0."""
+    from serve_profile import summarize_serving
+    from step_profile import load_trace
+    args = bench_args(workload, shape)
+    base = f"http://127.0.0.1:{port}"
+    env = env_for(layout, shape)
+    n = args.index("--num-prompts") + 1
+    with open(out_dir / f"{workload}.log", "w") as out:
+        subprocess.run(bench_cmd(model, port, 1, args[:n] + ["1"] + args[n + 1:]),
+                       stdout=out, stderr=subprocess.STDOUT, env=env, timeout=900)
+        since = time.time()
+        client = subprocess.Popen(bench_cmd(model, port, 0, args), stdout=out,
+                                  stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            # From the load's arrival, not the client's start (its imports, its prompts and
+            # its one-prompt test run come first): the server running more than one request.
+            users = args[args.index("--max-concurrency") + 1] if "--max-concurrency" in args else ""
+            while running(base) < (1 if users == "1" else 2) and client.poll() is None:
+                time.sleep(0.5)
+            time.sleep(PROFILE[0])
+            if client.poll() is not None:
+                raise RuntimeError(f"{layout}/{workload}: the load ended (rc={client.returncode}) "
+                                   f"before {PROFILE[0]:.0f} s: trace earlier")
+            post(base, "/start_profile")
+            deadline = time.time() + 600
+            while not rank0_traces(shape, layout, since) and time.time() < deadline:
+                if client.poll() is not None:      # the load ended first: write what was traced
+                    post(base, "/stop_profile")
+                    break
+                time.sleep(2)
+            time.sleep(5)                           # let a trace being written finish
+        finally:
+            if client.poll() is None:
+                os.killpg(client.pid, signal.SIGINT)
+                try:
+                    client.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(client.pid, signal.SIGKILL)
+                    client.wait()
+        post(base, "/stop_profile")                 # ready for another window
+    found = rank0_traces(shape, layout, since)
+    if not found:
+        raise RuntimeError(f"{layout}/{workload}: no rank-0 trace under {trace_dir(shape, layout)}")
+    path = min(found, key=lambda p: ("dp0_" not in p.name, -p.stat().st_mtime))
+    summary = summarize_serving(load_trace(path), layout)
+    summary.update(workload=workload, trace=path.name, after_s=PROFILE[0])
+    (out_dir / f"{workload}.json").write_text(json.dumps(summary, indent=1))
+    print(f"{layout}/{workload}: {summary['steps']} steps traced, GPU idle "
+          f"{100 * summary['gpu_idle_share']:.1f}%", flush=True)
 
 
 def probe(port: int, tokenizer: str, workload: str, out: Path) -> None:
@@ -776,18 +890,24 @@ def dry_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
         return
     if not (model / "config.json").exists():
         print(f"[dry]   (no model at {model} yet: the plan's `model` step writes it)")
+    if any(w.startswith(PROF) for w in todo):
+        extra = [*extra, *profiler_args(shape, layout)]
     print(f"[dry]   serve: {env_shown(layout, shape)} "
           + " ".join(serve_cmd(layout, shape, model, "PORT", extra)))
     if install == "arctic":
         print(f"[dry]   check: the server log says {ARCTIC_ENABLED!r}")
     client = False
+    todo.sort(key=lambda w: w.startswith(PROF))
     for w in todo:
-        if w in WORKLOADS and not client:   # the client in full once, then each one's load
+        benched = base_workload(w) in WORKLOADS
+        if benched and not client:   # the client in full once, then each one's load
             client = True
             print("[dry]   client (after one warm-up prompt of seed 1): " + " ".join(
                 bench_cmd(model, "PORT", 0, measured(w, out_dir, bench_args(w, shape)))))
-        if w in WORKLOADS:
-            print(f"[dry]   {w}: " + " ".join(bench_args(w, shape)))
+        if benched:
+            print(f"[dry]   {w}: " + " ".join(bench_args(w, shape)) + (
+                f"; traced: {PROFILE[1]} steps from {PROFILE[0]:.0f} s in"
+                if w.startswith(PROF) else ""))
         elif w in BURSTS:
             isl, osl, arrivals = burst_schedule(w, shape)
             print(f"[dry]   {w}: run.py's replay, {len(arrivals)} requests of {isl} in / {osl} "
@@ -811,6 +931,9 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     if not todo:
         print(f"{layout}: done already", flush=True)
         return
+    todo.sort(key=lambda w: w.startswith(PROF))      # profiled runs last (PROF says why)
+    if any(w.startswith(PROF) for w in todo):
+        extra = [*extra, *profiler_args(shape, layout)]
     info = lease()
     installed = check_install(layout, shape)
     # A layout served again for more workloads keeps each server's log.
@@ -842,6 +965,8 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
                     soak(shape, out_dir, base)
                 elif w in BURSTS:
                     burst_trace(w, shape, base, out_dir)
+                elif w.startswith(PROF):
+                    profile_run(layout, w, shape, model, port, out_dir)
                 else:
                     bench(layout, w, shape, model, port, out_dir)
                 stamp(out_dir / f"{w}.json", info)
@@ -895,7 +1020,7 @@ def copy_out() -> None:
 def load(shape: str) -> dict[str, dict[str, dict]]:
     res: dict[str, dict[str, dict]] = {}
     for f in sorted((set_dir(shape)).glob("*/*.json")):
-        if f.stem in ("startup",):
+        if f.stem in ("startup",) or f.stem.startswith(PROF):    # profiled runs: their own section
             continue
         res.setdefault(f.parent.name, {})[f.stem] = json.loads(f.read_text())
     return res
@@ -1077,6 +1202,19 @@ def report(shape: str) -> str:
                          f"{len(r['errors'])} | {r['hung']} | {len(r['short'])} | "
                          f"{r['output_tokens']} | {tuple(r['left_running_waiting_kv'])} | "
                          f"{mem.get('before')} → {mem.get('after')} |")
+    profiles = sorted(set_dir(shape).glob(f"*/{PROF}*.json"),
+                      key=lambda f: (list(LAYOUTS).index(f.parent.name)
+                                     if f.parent.name in LAYOUTS else len(LAYOUTS), f.name))
+    if profiles:
+        from serve_profile import markdown
+        lines += ["", f"Served under load, traced ({PROF}<workload>: rank 0, the window's "
+                  "steps grouped by kind and model; the traced steps run slower than "
+                  "untraced ones):", ""]
+        for f in profiles:
+            p = json.loads(f.read_text())
+            p["layout"] = f"{p['layout']} / {base_workload(p['workload'])}, traced from " \
+                          f"{p['after_s']:.0f} s in"
+            lines.append(markdown([p]))
     lines += leases_section(shape)
     text = "\n".join(lines) + "\n"
     set_dir(shape).mkdir(parents=True, exist_ok=True)
@@ -1341,6 +1479,10 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                     help=f"comma list of {sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
     ap.add_argument("--serve-args", default="", help="extra `vllm serve` arguments")
+    ap.add_argument("--profile-after", type=float, default=PROFILE[0],
+                    help=f"{PROF}<workload>: seconds into the load before tracing")
+    ap.add_argument("--profile-steps", type=int, default=PROFILE[1],
+                    help=f"{PROF}<workload>: engine steps traced")
     ap.add_argument("--max-model-len", type=int,
                     help="serve with this context (default 34000; lat128k needs 131072)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)         # probe (internal)
@@ -1349,6 +1491,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.max_model_len:
         MAX_LEN_ARG.append(a.max_model_len)
+    PROFILE[:] = [a.profile_after, a.profile_steps]
     if a.tag:
         TAG.append(a.tag)
     DRY[0] = DRY[0] or a.dry_run
@@ -1356,11 +1499,11 @@ def main() -> None:
         bad = [layout for layout in a.layouts if layout not in LAYOUTS]
         if bad or not a.layouts:
             sys.exit(f"run.py: unknown layouts {bad}: name them from {sorted(LAYOUTS)}")
-        bad = [w for w in a.workloads.split(",")
-               if w not in WORKLOADS and w not in SPECIAL_WORKLOADS]
+        bad = [w for w in a.workloads.split(",") if not known_workload(w)]
         if bad:
             sys.exit(f"run.py: unknown workloads {bad}: name them from "
-                     f"{sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}")
+                     f"{sorted(WORKLOADS) + sorted(SPECIAL_WORKLOADS)}, or {PROF}<one of "
+                     "the first>")
     if a.what == "probe":
         probe(a.port, a.tokenizer, a.workloads, a.probe_out)
     elif a.what == "setup" and DRY[0]:

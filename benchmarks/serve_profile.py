@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Where a served layout's time goes under load: a window of consecutive
+engine steps, traced on rank 0 while `vllm bench serve` keeps the server
+busy, summarised per kind of step.  `step_profile.py` profiles one step of
+an offline engine; a saturation row that misses its target needs the steps
+a server really runs (prefill chunks mixed with decodes, Shift switching
+models, host work between steps), so this reads the trace vLLM's own
+profiler writes when `run.py` serves a `prof_<workload>` (see there).
+
+    python3 benchmarks/serve_profile.py TRACE.pt.trace.json.gz [--layout NAME]
+
+What it reports, for the window and per (step kind, model) group:
+- steps and their tokens: vLLM annotates each step with its prefill
+  ("context") and decode ("generation") requests and tokens;
+- which model ran it: a step with all-to-all kernels ran the SP model, one
+  without ran TP (under Shift: the full-TP model);
+- CUDA graph or eager: whether the step's host side launched a graph;
+- GPU time: kernels launched from the step's host span (sampling, launched
+  after the forward's annotation ends, counts to the step before it);
+- the step's period (its first kernel to the next step's first kernel) and
+  how much of the window the GPU was idle: host-bound steps show as idle.
+
+On a CPU dry run (the tiny shape) there are no kernels: CPU ops stand in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_profile import CATEGORIES, category, load_trace  # noqa: E402
+
+STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals (us in, ms out)."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total / 1000
+
+
+def steps_of(trace: dict) -> list[dict]:
+    """One record per annotated step, in order, with its kernels attached."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    steps = sorted((e for e in events if e.get("cat") == "user_annotation"
+                    and STEP.fullmatch(e.get("name", ""))), key=lambda e: e["ts"])
+    starts = [s["ts"] for s in steps]
+    kernels = [e for e in events if e.get("cat") in GPU_CATS]
+    cpu_run = not kernels
+    if cpu_run:          # CPU dry run: the CPU ops inside each step stand in for kernels
+        kernels = [e for e in events if e.get("cat") == "cpu_op"
+                   and e.get("name", "").startswith(("aten::", "vllm", "_C", "c10d"))]
+    # a kernel belongs to the step whose host span (or the gap after it) launched it
+    launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
+                 if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})}
+    graphs = sorted(e["ts"] for e in events if e.get("cat") in LAUNCH_CATS
+                    and e.get("name", "").startswith(("cudaGraphLaunch", "cuGraphLaunch")))
+    out = []
+    for s in steps:
+        m = STEP.fullmatch(s["name"])
+        ctx_reqs, ctx_tok, gen_reqs, gen_tok = map(int, m.groups())
+        n = bisect.bisect_left(graphs, s["ts"])
+        out.append(dict(ts=s["ts"], host_ms=s["dur"] / 1000, ctx_reqs=ctx_reqs, ctx_tokens=ctx_tok,
+                        gen_reqs=gen_reqs, gen_tokens=gen_tok, kernels=[],
+                        graph=n < len(graphs) and graphs[n] <= s["ts"] + s["dur"]))
+    for k in kernels:
+        t = k["ts"] if cpu_run else launch_ts.get(k.get("args", {}).get("correlation"))
+        if t is None:
+            continue
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0:
+            out[i]["kernels"].append(k)
+    for st in out:
+        ks = st.pop("kernels")
+        cats: dict[str, float] = {}
+        for k in ks:
+            c = category(k["name"])
+            cats[c] = cats.get(c, 0.0) + k["dur"] / 1000
+        st.update(gpu_ms=sum(k["dur"] for k in ks) / 1000, by_category_ms=cats,
+                  first=min((k["ts"] for k in ks), default=None),
+                  last=max((k["ts"] + k["dur"] for k in ks), default=None),
+                  model="SP" if cats.get("all-to-all") else "TP",
+                  kind="prefill+decode" if st["ctx_tokens"] else "decode",
+                  intervals=[(k["ts"], k["ts"] + k["dur"]) for k in ks])
+    return out
+
+
+def summarize_serving(trace: dict, layout: str = "") -> dict:
+    steps = steps_of(trace)
+    unit = "kernels" if any(e.get("cat") in GPU_CATS for e in trace.get("traceEvents", [])
+                            if e.get("ph") == "X") else "cpu ops (dry run)"
+    timed = [s for s in steps if s["first"] is not None]
+    for a, b in zip(timed, timed[1:]):
+        a["period_ms"] = (b["first"] - a["first"]) / 1000
+    # the window: the first step's first kernel to the last step's first kernel (the last
+    # step's own period is unknown, so it stays out of every per-step mean below)
+    window = timed[:-1]
+    span = (timed[-1]["first"] - timed[0]["first"]) / 1000 if len(timed) > 1 else 0.0
+    busy = _union_ms([iv for s in window for iv in s["intervals"]])
+    groups: dict[str, dict] = {}
+    for s in window:
+        g = groups.setdefault(f"{s['kind']}, {s['model']}", dict(
+            steps=0, graph_steps=0, tokens=0, ctx_tokens=0, gen_tokens=0, period_ms=0.0,
+            gpu_ms=0.0, host_ms=0.0, by_category_ms={}))
+        g["steps"] += 1
+        g["graph_steps"] += s["graph"]
+        g["tokens"] += s["ctx_tokens"] + s["gen_tokens"]
+        g["ctx_tokens"] += s["ctx_tokens"]
+        g["gen_tokens"] += s["gen_tokens"]
+        for key in ("period_ms", "gpu_ms", "host_ms"):
+            g[key] += s[key]
+        for c, v in s["by_category_ms"].items():
+            g["by_category_ms"][c] = g["by_category_ms"].get(c, 0.0) + v
+    for g in groups.values():
+        n = g["steps"]
+        g["mean"] = {k: g[k] / n for k in ("tokens", "ctx_tokens", "gen_tokens", "period_ms",
+                                           "gpu_ms", "host_ms")}
+        g["mean"]["by_category_ms"] = {c: v / n for c, v in sorted(
+            g["by_category_ms"].items(), key=lambda kv: -kv[1])}
+        g["share_of_window"] = g["period_ms"] / span if span else 0.0
+    return dict(layout=layout, unit=unit, steps=len(window), window_ms=span,
+                gpu_busy_ms=busy, gpu_idle_share=(1 - busy / span) if span else 0.0,
+                tokens_per_s=(sum(s["ctx_tokens"] + s["gen_tokens"] for s in window) / span * 1e3
+                              if span else 0.0),
+                groups=dict(sorted(groups.items(), key=lambda kv: -kv[1]["period_ms"])))
+
+
+def markdown(summaries: list[dict]) -> str:
+    """One table per summary: a column per step group."""
+    lines = []
+    cats = [c for c, _ in CATEGORIES] + ["other"]
+    for s in summaries:
+        gs = s["groups"]
+        lines += [f"### {s['layout'] or 'trace'}: {s['steps']} steps in {s['window_ms']:.0f} ms, "
+                  f"device idle {100 * s['gpu_idle_share']:.1f}%, {s['tokens_per_s']:.0f} "
+                  f"scheduled tokens/s ({s['unit']}, rank 0)", "",
+                  "| per step (means) | " + " | ".join(gs) + " |",
+                  "| --- |" + " --- |" * len(gs)]
+
+        def row(name: str, fn) -> None:
+            lines.append(f"| {name} | " + " | ".join(fn(g) for g in gs.values()) + " |")
+        row("steps (share of the window)",
+            lambda g: f"{g['steps']} ({100 * g['share_of_window']:.0f}%)")
+        row("CUDA graph steps", lambda g: str(g["graph_steps"]))
+        row("tokens: prefill + decode",
+            lambda g: f"{g['mean']['ctx_tokens']:.0f} + {g['mean']['gen_tokens']:.0f}")
+        row("**period** (ms)", lambda g: f"{g['mean']['period_ms']:.2f}")
+        row("GPU busy (ms)", lambda g: f"{g['mean']['gpu_ms']:.2f}")
+        row("host span of the forward (ms)", lambda g: f"{g['mean']['host_ms']:.2f}")
+        for c in cats:
+            if any(g["mean"]["by_category_ms"].get(c) for g in gs.values()):
+                row(f"  {c} (ms)", lambda g, c=c: f"{g['mean']['by_category_ms'].get(c, 0.0):.2f}")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path)
+    ap.add_argument("--layout", default="")
+    a = ap.parse_args()
+    s = summarize_serving(load_trace(a.trace), a.layout)
+    print(json.dumps({k: v for k, v in s.items() if k != "groups"}))
+    print(markdown([s]))
+
+
+if __name__ == "__main__":
+    main()
