@@ -75,6 +75,9 @@ if [[ -f $parts/fi-cache.tgz ]]; then
   # what was carried in need not go back out (session.sh returns the cache when this changes)
   find ~/.cache/flashinfer -name '*.so' | wc -l > "$BENCH_DIR/fi-cache.returned"
 fi
+# vLLM's torch.compile cache of earlier leases ($parts/cc/, compile-cache.sh): a layout whose
+# entries are there loads its compiled graphs instead of compiling them (~100 s a model at 70B)
+bash "$(dirname "${BASH_SOURCE[0]}")/compile-cache.sh" in "$parts"
 for sdist in "$parts"/arctic_inference-*.tar.gz; do
   if [[ -f $sdist ]]; then
     bash "$(dirname "${BASH_SOURCE[0]}")/arctic-setup.sh" "$sdist" "$SITE_ARCTIC"

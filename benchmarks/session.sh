@@ -94,12 +94,13 @@ case "$1" in
       tar czf "$OUT/res.tgz" -C "$BENCH_DIR" res --exclude='*.safetensors' 2>/dev/null
       # FlashInfer's JIT-compiled kernels (~33 MiB), whenever a step has built
       # more of them since the last poll that returned them: the next lease
-      # carries them to host-setup.sh (benchmarks/README.md, staging).  (vLLM's
-      # torch.compile cache was 127 MiB compressed after the 70B lease's three
-      # layouts: over what a poll can return, so not carried.)
+      # carries them to host-setup.sh (benchmarks/README.md, staging).
       built=$(find ~/.cache/flashinfer -name '*.so' 2>/dev/null | wc -l)
       if (( built > 0 )) && [[ $built != "$(cat "$BENCH_DIR/fi-cache.returned" 2>/dev/null)" ]]; then
         tar czf "$OUT/fi-cache.tgz" -C ~/.cache flashinfer && echo "$built" > "$BENCH_DIR/fi-cache.returned"
       fi
+      # vLLM's torch.compile cache (~40 MiB a 70B layout): its finished entries, as many
+      # pieces as this poll has room for, the rest at the next (compile-cache.sh says how)
+      bash "$here/benchmarks/compile-cache.sh" out
     fi ;;
 esac
