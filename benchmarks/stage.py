@@ -160,6 +160,25 @@ def build_at(rev: str, version: str) -> Path:
     return kept
 
 
+def stage_caches(version: str) -> list[str]:
+    """The JIT caches earlier leases returned, one device call each before the last:
+    FlashInfer's (kept here as fi-cache-VERSION-sm90.tgz, the newest a poll returned) into
+    .gpuhost-fi, vLLM's torch.compile entries (compile-cache.sh keep) into .gpuhost-cc/gNN."""
+    calls = []
+    shutil.rmtree(ROOT / ".gpuhost-fi", ignore_errors=True)
+    fi = CACHE / f"fi-cache-{version}-sm90.tgz"
+    if fi.exists():
+        (ROOT / ".gpuhost-fi").mkdir()
+        shutil.copy(fi, ROOT / ".gpuhost-fi" / "fi-cache.tgz")
+        calls.append('mkdir -p /root/gh && mv .gpuhost-fi/fi-cache.tgz /root/gh/   '
+                     'carry [".gpuhost-fi"]')
+    out = subprocess.run(["bash", "benchmarks/compile-cache.sh", "stage", version], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    calls += [line.removeprefix("call: ") for line in out.splitlines()
+              if line.startswith("call: ")]
+    return calls
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", type=Path,
@@ -204,6 +223,9 @@ def main() -> None:
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
     print(f"stage.py: {parts} device calls, one a part; the last one also carries "
           + ", ".join(f"{rel}/{e}" for e in extras))
+    caches = stage_caches(version)
+    print(f"stage.py: {len(caches)} more calls before the last: the JIT caches of earlier "
+          "leases" + "".join(f"\n  {c}" for c in caches))
 
 
 if __name__ == "__main__":
