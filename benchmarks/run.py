@@ -575,6 +575,19 @@ def running(base: str) -> float:
                                             text, re.M))
 
 
+def settled(paths: list[Path], quiet: float = 5.0, limit: float = 300.0) -> None:
+    """Wait until no file of ``paths`` has grown for ``quiet`` seconds: a worker writes its
+    trace straight into its final name (gzip, tens of MiB at 70B)."""
+    end, last, still = time.time() + limit, None, time.time()
+    while time.time() < end:
+        sizes = [p.stat().st_size if p.exists() else -1 for p in paths]
+        if sizes != last:
+            last, still = sizes, time.time()
+        elif time.time() - still >= quiet:
+            return
+        time.sleep(1)
+
+
 def rank0_traces(shape: str, layout: str, since: float) -> list[Path]:
     return [p for p in trace_dir(shape, layout).glob("*.pt.trace.json*")
             if p.stat().st_mtime >= since and re.search(r"rank[-_]?0\.", p.name)]
@@ -615,7 +628,7 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
                     post(base, "/stop_profile")
                     break
                 time.sleep(2)
-            time.sleep(5)                           # let a trace being written finish
+            settled(rank0_traces(shape, layout, since))
         finally:
             if client.poll() is None:
                 os.killpg(client.pid, signal.SIGINT)
@@ -629,6 +642,7 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
     if not found:
         raise RuntimeError(f"{layout}/{workload}: no rank-0 trace under {trace_dir(shape, layout)}")
     path = min(found, key=lambda p: ("dp0_" not in p.name, -p.stat().st_mtime))
+    settled([path])
     summary = summarize_serving(load_trace(path), layout)
     summary.update(workload=workload, trace=path.name, after_s=PROFILE[0])
     (out_dir / f"{workload}.json").write_text(json.dumps(summary, indent=1))
