@@ -30,6 +30,11 @@ entries() {     # every entry's path relative to the cache folder
   done)
 }
 name_of() { local e=${1/torch_aot_compile\//aot-}; echo "${e//\//-}"; }
+# whole FIRST: FIRST is an entry's first piece (<stem>.1of<n>); true when all n are beside it
+whole() {
+  local stem=${1%.1of*} total=${1##*of}
+  (( $(ls "$stem".*of"$total" 2>/dev/null | wc -l) == total ))
+}
 
 case "${1:-}" in
   out)
@@ -67,8 +72,7 @@ case "${1:-}" in
     for first in "$parts"/cc-*.tgz.1of*; do
       [[ -f $first ]] || continue
       stem=${first%.1of*} total=${first##*of}
-      have=$(ls "$stem".*of"$total" 2>/dev/null | wc -l)
-      if (( have != total )); then echo "compile cache: $(basename "$stem"): $have of $total pieces, left out"; continue; fi
+      if ! whole "$first"; then echo "compile cache: $(basename "$stem"): pieces missing, left out"; continue; fi
       for i in $(seq "$total"); do cat "$stem.${i}of$total"; done | tar xzf - -C "$cache" &&
         echo "compile cache: $(basename "$stem") from an earlier lease"
       # not returned again: the entry's name as `out` records it (cc-<vllm>-<name>.tgz)
@@ -89,8 +93,7 @@ case "${1:-}" in
       for first in "$v"cc-*.tgz.1of*; do
         [[ -f $first ]] || continue
         stem=${first%.1of*} total=${first##*of}
-        have=$(ls "$stem".*of"$total" | wc -l)
-        echo "$(basename "$v") $(basename "$stem"): $have of $total pieces$( (( have == total )) && echo ", whole")"
+        echo "$(basename "$v") $(basename "$stem"): $(ls "$stem".*of"$total" | wc -l) of $total pieces$(whole "$first" && echo ", whole")"
       done
     done ;;
   stage)
@@ -98,8 +101,8 @@ case "${1:-}" in
     rm -rf .gpuhost-cc; g=0 size=0
     for first in "$store"/cc-*.tgz.1of*; do
       [[ -f $first ]] || continue
+      whole "$first" || continue
       stem=${first%.1of*} total=${first##*of}
-      (( $(ls "$stem".*of"$total" | wc -l) == total )) || continue
       for i in $(seq "$total"); do
         p=$stem.${i}of$total s=$(stat -c %s "$p")
         if (( size + s > 60 * 1024 * 1024 )); then g=$((g + 1)); size=0; fi

@@ -446,12 +446,19 @@ SERVER_TIMES = {"ttft": "vllm:time_to_first_token_seconds",
                 "e2e": "vllm:e2e_request_latency_seconds"}
 
 
+def scrape(base: str) -> str | None:
+    """The server's /metrics text, or None when it cannot be read."""
+    try:
+        return urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    except (OSError, urllib.error.URLError):
+        return None
+
+
 def server_times(base: str) -> dict[str, list[float]] | None:
     """{key: [sum, count]} of SERVER_TIMES summed over all label sets, or
     None when /metrics cannot be read (a report, not a check)."""
-    try:
-        text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    except (OSError, urllib.error.URLError):
+    text = scrape(base)
+    if text is None:
         return None
     out = {}
     for key, name in SERVER_TIMES.items():
@@ -499,6 +506,12 @@ def measured(workload: str, out_dir: Path, args: list[str]) -> list[str]:
             "--result-filename", f"{workload}.json", *args]
 
 
+def warm_up(args: list[str]) -> list[str]:
+    """A workload's arguments for one prompt (of another seed: see bench)."""
+    n = args.index("--num-prompts") + 1
+    return args[:n] + ["1"] + args[n + 1:]
+
+
 def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_dir: Path) -> None:
     args = bench_args(workload, shape)
     base = f"http://127.0.0.1:{port}"
@@ -509,8 +522,7 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
     # that one repeats the first measured prompt, which then hits the prefix
     # cache (one request in every latency workload was a cache hit), and it
     # would fall inside the server's /metrics window.
-    n = args.index("--num-prompts") + 1
-    warm = args[:n] + ["1"] + args[n + 1:]
+    warm = warm_up(args)
     log = out_dir / f"{workload}.log"
     with open(log, "w") as out:
         subprocess.run(cmd(1, warm), stdout=out, stderr=subprocess.STDOUT,
@@ -565,12 +577,18 @@ def profiler_args(shape: str, layout: str) -> list[str]:
         max_iterations=PROFILE[1]), separators=(",", ":"))]
 
 
+def with_profiler(todo: list[str], extra: list[str], shape: str,
+                  layout: str) -> tuple[list[str], list[str]]:
+    """Profiled runs last (PROF says why), and the server's profiler when there is one."""
+    todo = sorted(todo, key=lambda w: w.startswith(PROF))
+    if todo[-1:] and todo[-1].startswith(PROF):
+        extra = [*extra, *profiler_args(shape, layout)]
+    return todo, extra
+
+
 def running(base: str) -> float:
     """Requests the server runs now (all engines), 0 when /metrics cannot be read."""
-    try:
-        text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    except (OSError, urllib.error.URLError):
-        return 0.0
+    text = scrape(base) or ""
     return sum(float(v) for v in re.findall(r"^vllm:num_requests_running(?:{[^}]*})? (\S+)$",
                                             text, re.M))
 
@@ -604,9 +622,8 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
     args = bench_args(workload, shape)
     base = f"http://127.0.0.1:{port}"
     env = env_for(layout, shape)
-    n = args.index("--num-prompts") + 1
     with open(out_dir / f"{workload}.log", "w") as out:
-        subprocess.run(bench_cmd(model, port, 1, args[:n] + ["1"] + args[n + 1:]),
+        subprocess.run(bench_cmd(model, port, 1, warm_up(args)),
                        stdout=out, stderr=subprocess.STDOUT, env=env, timeout=900)
         since = time.time()
         client = subprocess.Popen(bench_cmd(model, port, 0, args), stdout=out,
@@ -628,7 +645,6 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
                     post(base, "/stop_profile")
                     break
                 time.sleep(2)
-            settled(rank0_traces(shape, layout, since))
         finally:
             if client.poll() is None:
                 os.killpg(client.pid, signal.SIGINT)
@@ -904,14 +920,12 @@ def dry_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
         return
     if not (model / "config.json").exists():
         print(f"[dry]   (no model at {model} yet: the plan's `model` step writes it)")
-    if any(w.startswith(PROF) for w in todo):
-        extra = [*extra, *profiler_args(shape, layout)]
+    todo, extra = with_profiler(todo, extra, shape, layout)
     print(f"[dry]   serve: {env_shown(layout, shape)} "
           + " ".join(serve_cmd(layout, shape, model, "PORT", extra)))
     if install == "arctic":
         print(f"[dry]   check: the server log says {ARCTIC_ENABLED!r}")
     client = False
-    todo.sort(key=lambda w: w.startswith(PROF))
     for w in todo:
         benched = base_workload(w) in WORKLOADS
         if benched and not client:   # the client in full once, then each one's load
@@ -945,9 +959,7 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     if not todo:
         print(f"{layout}: done already", flush=True)
         return
-    todo.sort(key=lambda w: w.startswith(PROF))      # profiled runs last (PROF says why)
-    if any(w.startswith(PROF) for w in todo):
-        extra = [*extra, *profiler_args(shape, layout)]
+    todo, extra = with_profiler(todo, extra, shape, layout)
     info = lease()
     installed = check_install(layout, shape)
     # A layout served again for more workloads keeps each server's log.
