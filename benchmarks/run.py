@@ -191,19 +191,33 @@ for _r in (1, 2, 4, 8, 16, 32, 64):                 # the paper's curve: 4k/250,
 # steps on every rank once the server has run it PROFILE[0] seconds (steady load; a workload of
 # many users: with one user the client's one-prompt test run looks the same), the client stopped
 # once rank 0's trace is written; that trace summarised per kind of step (`serve_profile.py`)
-# is the result, `prof_<workload>.json`.  It runs after the layout's other workloads: a
-# profiler once started annotates every later step.  Traces stay under $BENCH_DIR/traces
-# (too large for res.tgz).
+# is the result, `prof_<workload>.json`.  `prof<N>_<workload>` starts its window N s in
+# instead (a load's phases differ: at 5 s every layout prefills, at 30 s a full KV cache may
+# leave only decodes); one server runs several windows, one after another.  It runs after the
+# layout's other workloads: a profiler once started annotates every later step.  Traces stay
+# under $BENCH_DIR/traces (too large for res.tgz).
 PROF = "prof_"
 PROFILE = [30.0, 40]                                # run.py --profile-after, --profile-steps
+_PROFILED = re.compile(r"prof(\d+)?_(.+)")
+
+
+def profiled(workload: str) -> bool:
+    return _PROFILED.fullmatch(workload) is not None
 
 
 def base_workload(workload: str) -> str:
-    return workload.removeprefix(PROF)
+    m = _PROFILED.fullmatch(workload)
+    return m.group(2) if m else workload
+
+
+def profile_after(workload: str) -> float:
+    """Seconds into the load before `workload`'s window: its own N, else --profile-after."""
+    m = _PROFILED.fullmatch(workload)
+    return float(m.group(1)) if m and m.group(1) else PROFILE[0]
 
 
 def known_workload(workload: str) -> bool:
-    return (base_workload(workload) in WORKLOADS if workload.startswith(PROF)
+    return (base_workload(workload) in WORKLOADS if profiled(workload)
             else workload in WORKLOADS or workload in SPECIAL_WORKLOADS)
 
 
@@ -580,8 +594,8 @@ def profiler_args(shape: str, layout: str) -> list[str]:
 def with_profiler(todo: list[str], extra: list[str], shape: str,
                   layout: str) -> tuple[list[str], list[str]]:
     """Profiled runs last (PROF says why), and the server's profiler when there is one."""
-    todo = sorted(todo, key=lambda w: w.startswith(PROF))
-    if todo[-1:] and todo[-1].startswith(PROF):
+    todo = sorted(todo, key=profiled)
+    if todo[-1:] and profiled(todo[-1]):
         extra = [*extra, *profiler_args(shape, layout)]
     return todo, extra
 
@@ -613,15 +627,17 @@ def rank0_traces(shape: str, layout: str, since: float) -> list[Path]:
 
 def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
                 out_dir: Path) -> None:
-    """`prof_<w>`: <w>'s load, traced for PROFILE[1] steps from PROFILE[0] s after it reached
-    the server; once rank 0's trace is written the client is stopped (the rest of the load
-    would tell nothing more, and the server aborts what it was sending).  Writes
+    """`prof_<w>`: <w>'s load, traced for PROFILE[1] steps from PROFILE[0] s (`prof<N>_<w>`:
+    N s) after it reached the server; once rank 0's trace is written the client is stopped
+    (the rest of the load would tell nothing more, and the server aborts what it was
+    sending).  Writes
     `<workload>.json`: the window's summary (`serve_profile.py`), DP: engine 0's rank 0."""
     from serve_profile import summarize_serving
     from step_profile import load_trace
     args = bench_args(workload, shape)
     base = f"http://127.0.0.1:{port}"
     env = env_for(layout, shape)
+    after = profile_after(workload)
     with open(out_dir / f"{workload}.log", "w") as out:
         subprocess.run(bench_cmd(model, port, 1, warm_up(args)),
                        stdout=out, stderr=subprocess.STDOUT, env=env, timeout=900)
@@ -634,10 +650,10 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
             users = args[args.index("--max-concurrency") + 1] if "--max-concurrency" in args else ""
             while running(base) < (1 if users == "1" else 2) and client.poll() is None:
                 time.sleep(0.5)
-            time.sleep(PROFILE[0])
+            time.sleep(after)
             if client.poll() is not None:
                 raise RuntimeError(f"{layout}/{workload}: the load ended (rc={client.returncode}) "
-                                   f"before {PROFILE[0]:.0f} s: trace earlier")
+                                   f"before {after:.0f} s: trace earlier")
             post(base, "/start_profile")
             deadline = time.time() + 600
             while not rank0_traces(shape, layout, since) and time.time() < deadline:
@@ -660,7 +676,7 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
     path = min(found, key=lambda p: ("dp0_" not in p.name, -p.stat().st_mtime))
     settled([path])
     summary = summarize_serving(load_trace(path), layout)
-    summary.update(workload=workload, trace=path.name, after_s=PROFILE[0])
+    summary.update(workload=workload, trace=path.name, after_s=after)
     (out_dir / f"{workload}.json").write_text(json.dumps(summary, indent=1))
     print(f"{layout}/{workload}: {summary['steps']} steps traced, GPU idle "
           f"{100 * summary['gpu_idle_share']:.1f}%", flush=True)
@@ -934,8 +950,8 @@ def dry_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
                 bench_cmd(model, "PORT", 0, measured(w, out_dir, bench_args(w, shape)))))
         if benched:
             print(f"[dry]   {w}: " + " ".join(bench_args(w, shape)) + (
-                f"; traced: {PROFILE[1]} steps from {PROFILE[0]:.0f} s in"
-                if w.startswith(PROF) else ""))
+                f"; traced: {PROFILE[1]} steps from {profile_after(w):.0f} s in"
+                if profiled(w) else ""))
         elif w in BURSTS:
             isl, osl, arrivals = burst_schedule(w, shape)
             print(f"[dry]   {w}: run.py's replay, {len(arrivals)} requests of {isl} in / {osl} "
@@ -991,7 +1007,7 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
                     soak(shape, out_dir, base)
                 elif w in BURSTS:
                     burst_trace(w, shape, base, out_dir)
-                elif w.startswith(PROF):
+                elif profiled(w):
                     profile_run(layout, w, shape, model, port, out_dir)
                 else:
                     bench(layout, w, shape, model, port, out_dir)
@@ -1046,7 +1062,7 @@ def copy_out() -> None:
 def load(shape: str) -> dict[str, dict[str, dict]]:
     res: dict[str, dict[str, dict]] = {}
     for f in sorted((set_dir(shape)).glob("*/*.json")):
-        if f.stem in ("startup",) or f.stem.startswith(PROF):    # profiled runs: their own section
+        if f.stem in ("startup",) or profiled(f.stem):    # profiled runs: their own section
             continue
         res.setdefault(f.parent.name, {})[f.stem] = json.loads(f.read_text())
     return res
@@ -1228,7 +1244,7 @@ def report(shape: str) -> str:
                          f"{len(r['errors'])} | {r['hung']} | {len(r['short'])} | "
                          f"{r['output_tokens']} | {tuple(r['left_running_waiting_kv'])} | "
                          f"{mem.get('before')} → {mem.get('after')} |")
-    profiles = sorted(set_dir(shape).glob(f"*/{PROF}*.json"),
+    profiles = sorted((f for f in set_dir(shape).glob("*/prof*.json") if profiled(f.stem)),
                       key=lambda f: (list(LAYOUTS).index(f.parent.name)
                                      if f.parent.name in LAYOUTS else len(LAYOUTS), f.name))
     if profiles:
