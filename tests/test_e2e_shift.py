@@ -14,6 +14,8 @@ meant to exercise really ran.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.compare import assert_same, hf_run
@@ -28,6 +30,13 @@ BUDGET = 64      # max_num_batched_tokens in ENGINE: the largest step
 
 def served(r, mode: str) -> list[int]:
     return [rank["served"][mode] for rank in r.shift]
+
+
+def arranged(r) -> list[int]:
+    """Each rank's count of merged layers laid out in blocks for the full-TP
+    model to view (shift_weights.arrange; the CPU shares none, but the SP
+    model runs on the arranged rows and reads their outputs back)."""
+    return [int(n) for n in re.findall(r"Shift parallelism: (\d+) merged layers", r.log)]
 
 
 def check_shift_run(r, world: int):
@@ -52,6 +61,8 @@ def test_auto_mode_switches_per_step(llama, llama_ref):
     check_prefix_cache(got)
     check_shift_run(got, 4)
     assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift
+    # 2 KV heads over 4 full-TP ranks: QKV keeps its copy, gate/up of both layers is arranged.
+    assert arranged(got) == [2] * 4, arranged(got)
 
 
 def test_forced_full_tp(llama, llama_ref):
@@ -82,6 +93,7 @@ def test_forced_sp(llama):
     assert_same(ref, got, what="shift, all steps SP, vs transformers")
     check_shift_run(got, 2)
     assert served(got, "full_tp") == [0, 0] and min(served(got, "sp")) >= 10, got.shift
+    assert arranged(got) == [4, 4], arranged(got)     # QKV and gate/up of both layers
 
 
 def test_moe(models_dir, family_ref):

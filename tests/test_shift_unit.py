@@ -3,10 +3,13 @@ the process groups, and the weight sharing: a full-TP row-parallel layer
 whose weight is a view of the SP model's computes the same product as a
 dense matmul, with its all-reduce over the full-TP group, and a full-TP LM
 head whose weight is a view of the SP model's gives the full logits once
-gathered over the full-TP group.
+gathered over the full-TP group; merged QKV and gate/up layers arranged in
+blocks (``shift_weights.arrange``) give the full-TP model its shards as
+views, and the SP model still reads their outputs in the natural order.
 
 Why a unit test: the CPU engine packs linear weights for oneDNN and drops
-the plain tensors, so the e2e tests never share weights; on GPUs they do."""
+the plain tensors, so the e2e tests never share weights; on GPUs they do
+(the e2e tests do run the arranged SP model on every family)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ def weights_shared_on_each_rank(rank, world, tp, sp, cfg):
     import torch
     from vllm.config import set_current_vllm_config
     from vllm.distributed import parallel_state as ps
-    from vllm.distributed import shift, ulysses
+    from vllm.distributed import shift_weights, ulysses
     from vllm.distributed.communication_op import (
         tensor_model_parallel_all_gather,
         tensor_model_parallel_all_reduce,
@@ -48,7 +51,7 @@ def weights_shared_on_each_rank(rank, world, tp, sp, cfg):
     cols = I // tp
     sp_layer.weight.data.copy_(W[:, t * cols:(t + 1) * cols])
     full_layer.weight.data.fill_(float("nan"))
-    saved = shift.share_weights(sp_layer, full_layer)
+    saved = shift_weights.share(sp_layer, full_layer, check_values=False)
     k = I // (tp * sp)
     assert saved == O * k * 4, saved
     assert full_layer.weight.untyped_storage().data_ptr() \
@@ -63,7 +66,7 @@ def weights_shared_on_each_rank(rank, world, tp, sp, cfg):
     rows = V // tp
     sp_head.weight.data.copy_(E[t * rows:(t + 1) * rows])
     full_head.weight.data.fill_(float("nan"))
-    saved = shift.share_weights(sp_head, full_head)
+    saved = shift_weights.share(sp_head, full_head, check_values=False)
     r = V // (tp * sp)
     assert saved == r * I * 4, saved
     assert full_head.weight.untyped_storage().data_ptr() \
@@ -77,3 +80,117 @@ def weights_shared_on_each_rank(rank, world, tp, sp, cfg):
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
 def test_row_parallel_weights_shared_across_layouts(tmp_path, tp, sp):
     run_ranks(weights_shared_on_each_rank, tmp_path, tp, sp)
+
+
+class GatedMLP:
+    """A decoder MLP as vLLM's models write it (its forward is what
+    ``shift_weights`` reads to use the activation's blocked view)."""
+
+    @staticmethod
+    def make(gate_up, act):
+        import torch
+
+        class MLP(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate_up_proj, self.act_fn = gate_up, act
+
+            def forward(self, x):
+                x, _ = self.gate_up_proj(x)
+                x = self.act_fn(x)
+                return x
+
+        return MLP()
+
+
+def merged_layers_shared_on_each_rank(rank, world, tp, sp, cfg):
+    """QKV (with bias) and gate/up: the SP model's rows arranged in blocks, its
+    outputs still natural (after the CPU's own processing); the full-TP layers'
+    shards views of the arranged SP weights, equal to what they load themselves."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import shift_weights, ulysses
+    from vllm.model_executor.layers.activation import SiluAndMul
+    from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
+
+    H, d, nh, nkv, I, T = 32, 4, 8, 4, 16, 5                   # noqa: E741
+    g = torch.Generator().manual_seed(0)                      # same on every rank
+    Wq, Wk, Wv = (torch.randn(n * d, H, generator=g) for n in (nh, nkv, nkv))
+    bq, bk, bv = (torch.randn(n * d, generator=g) for n in (nh, nkv, nkv))
+    Wg, Wu = torch.randn(I, H, generator=g), torch.randn(I, H, generator=g)
+    x = torch.randn(T, H, generator=g)
+
+    def build():
+        qkv = QKVParallelLinear(H, d, nh, nkv, bias=True, prefix="attn.qkv_proj")
+        gate_up = MergedColumnParallelLinear(H, [I, I], bias=False, prefix="mlp.gate_up_proj")
+        model = torch.nn.Module()
+        model.attn = torch.nn.Module()
+        model.attn.qkv_proj = qkv
+        model.mlp = GatedMLP.make(gate_up, SiluAndMul())
+        return model
+
+    def load(model):
+        qkv = model.attn.qkv_proj
+        for shard, w, b in (("q", Wq, bq), ("k", Wk, bk), ("v", Wv, bv)):
+            qkv.weight_loader(qkv.weight, w, shard)
+            qkv.weight_loader(qkv.bias, b, shard)
+        gu = model.mlp.gate_up_proj
+        gu.weight_loader(gu.weight, Wg, 0)
+        gu.weight_loader(gu.weight, Wu, 1)
+
+    def rows(w, r, parts):                                    # rank r's rows of a dense weight
+        n = w.shape[0] // parts
+        return w[r * n:(r + 1) * n]
+
+    with set_current_vllm_config(cfg):
+        t, s = ps.get_tensor_model_parallel_rank(), ulysses.sp_rank()
+        full_rank = t * sp + s
+        # 1. The arranged SP model as the CPU runs it (processed: packed for oneDNN).
+        real = build()
+        assert shift_weights.arrange(real) == 2
+        load(real)
+        for layer in (real.attn.qkv_proj, real.mlp.gate_up_proj):
+            layer.quant_method.process_weights_after_loading(layer)
+        assert type(real.mlp.act_fn).__name__ == "BlockedActivation"
+        y, _ = real.attn.qkv_proj(x)
+        want = torch.cat([x @ rows(W, t, tp).T + rows(b, t, tp)
+                          for W, b in ((Wq, bq), (Wk, bk), (Wv, bv))], dim=-1)
+        torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+        gate, up = x @ rows(Wg, t, tp).T, x @ rows(Wu, t, tp).T
+        torch.testing.assert_close(real.mlp(x), torch.nn.functional.silu(gate) * up,
+                                   rtol=1e-4, atol=1e-4)
+        # 2. Sharing: unprocessed layers keep their plain weights (as on GPUs).
+        sp_model = build()
+        for layer in (sp_model.attn.qkv_proj, sp_model.mlp.gate_up_proj):
+            layer.quant_method.process_weights_after_loading = lambda layer: None
+        shift_weights.arrange(sp_model)
+        load(sp_model)
+        for layer in (sp_model.attn.qkv_proj, sp_model.mlp.gate_up_proj):
+            layer.quant_method.process_weights_after_loading(layer)
+        with ulysses.as_full_tp():
+            full = build()
+        load(full)
+        own = {n: p.detach().clone() for n, p in full.named_parameters()}
+        saved = shift_weights.share(sp_model, full, check_values=True)
+    n = tp * sp
+    assert saved == 4 * sum(p.numel() for p in own.values()), saved
+    for name, p in full.named_parameters():
+        assert torch.equal(p, own[name]), name                # the values it loaded itself
+        src = sp_model.get_parameter(name)
+        assert p.untyped_storage().data_ptr() == src.untyped_storage().data_ptr(), name
+    want = torch.cat([rows(W, full_rank, n) for W in (Wq, Wk, Wv)])
+    assert torch.equal(full.attn.qkv_proj.weight, want)
+    assert torch.equal(full.mlp.gate_up_proj.weight,
+                       torch.cat([rows(Wg, full_rank, n), rows(Wu, full_rank, n)]))
+
+
+@pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
+def test_merged_weights_shared_across_layouts(tmp_path, tp, sp):
+    run_ranks(merged_layers_shared_on_each_rank, tmp_path, tp, sp)
+
+
+def test_block_order():
+    from vllm.distributed.shift_weights import block_order
+    order = block_order([4, 2, 2], 2)
+    assert order == [0, 1, 4, 6, 2, 3, 5, 7]

@@ -20,11 +20,11 @@ How:
   cache tag and its own table of layers by name.  Its attention layers are
   bound to the SP model's KV-cache tensors (``bind_kv_cache``): one
   allocation.
-* Row-parallel weights, embeddings and the LM head of the full-TP model are
-  views into the SP model's (``share_weights``): full-TP rank tp*SP+sp holds
-  exactly columns [sp*k, (sp+1)*k) of TP rank tp's row-parallel shard and a
-  range of vocabulary rows inside its vocabulary shard, so no second copy
-  is needed.
+* The full-TP model's weights are views into the SP model's wherever its
+  shard is one block of the SP shard (``shift_weights``): row-parallel
+  linears, embeddings, the LM head, and merged QKV and gate/up projections,
+  whose SP rows are laid out for it before they are processed (``arrange``,
+  called by the loader before the SP model's weights are loaded).
 * The SP model's ``forward`` dispatches on the step's (padded) token count:
   at most ``threshold`` runs the full-TP model.  Every rank of a replica
   pads the same scheduler output the same way, so all ranks choose the same
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from vllm.distributed import ulysses, ulysses_config, ulysses_multimodal
+from vllm.distributed import shift_weights, ulysses, ulysses_config, ulysses_multimodal
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
@@ -195,6 +195,17 @@ def _ranges(sizes: list[int]) -> str:
 
 # ---------------------------------------------------------------- model
 
+def arrange(model: torch.nn.Module, vllm_config: VllmConfig) -> None:
+    """Called by the model loader with the SP model before its weights are
+    loaded: merged layers lay their rows out so that the full-TP model can
+    view them (``shift_weights.arrange``)."""
+    if enabled(vllm_config) and not _BUILDING and not _DRAFTING:
+        n = shift_weights.arrange(model)
+        logger.info("Shift parallelism: %d merged layers (QKV, gate/up) of the SP model lay "
+                    "their rows out in %d blocks for the full-TP model to view",
+                    n, ulysses.sp_size())
+
+
 def attach(model: torch.nn.Module, vllm_config: VllmConfig,
            load: Callable[[VllmConfig], torch.nn.Module]) -> torch.nn.Module:
     """Called by the model loader with the freshly loaded SP model.  Loads
@@ -216,7 +227,8 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     state = _Shift(full, cfg.compilation_config.static_forward_context,
                    effective_threshold(vllm_config),
                    vllm_config.compilation_config.static_forward_context)
-    state.shared_bytes = share_weights(model, full)
+    load_format = getattr(cfg.load_config.load_format, "value", cfg.load_config.load_format)
+    state.shared_bytes = shift_weights.share(model, full, check_values=load_format != "dummy")
     ulysses_multimodal.share_side_inputs(model, full)
     state.copied_bytes = _param_bytes(full) - state.shared_bytes
     _STATE = state
@@ -225,8 +237,8 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     after = _allocated()
     extra = None if before is None or after is None else after - before
     logger.info("Shift parallelism: full-TP model (TP=%d) loaded beside the SP model: "
-                "%.2f GiB of its weights are views of the SP model's (row-parallel, "
-                "embeddings, LM head), %.2f GiB are its own%s; threshold %d tokens",
+                "%.2f GiB of its weights are views of the SP model's, %.2f GiB are "
+                "its own%s; threshold %d tokens",
                 cfg.parallel_config.tensor_parallel_size, state.shared_bytes / 2**30,
                 state.copied_bytes / 2**30,
                 f" (device memory +{extra / 2**30:.2f} GiB)" if extra is not None else "",
@@ -248,59 +260,6 @@ def _param_bytes(model: torch.nn.Module) -> int:
             seen.add(key)
             total += p.numel() * p.element_size()
     return total
-
-
-def share_weights(sp_model: torch.nn.Module, full: torch.nn.Module) -> int:
-    """Point each unquantized weight of the full-TP model whose shard is one
-    slice of the SP model's shard at that slice (no copy), and return the
-    bytes freed:
-
-    * row-parallel linears: full-TP rank tp*SP+sp holds input columns
-      [sp*k, (sp+1)*k) of TP rank tp's shard;
-    * vocab-parallel embeddings and LM heads: a full-TP rank holds a range
-      of vocabulary rows inside its TP rank's range.
-
-    Other layers (merged QKV and gate/up projections, quantized layers)
-    keep their own copy: their full-TP shard is not one slice of the SP
-    shard."""
-    from vllm.model_executor.layers.linear import RowParallelLinear, UnquantizedLinearMethod
-    from vllm.model_executor.layers.vocab_parallel_embedding import (
-        UnquantizedEmbeddingMethod,
-        VocabParallelEmbedding,
-    )
-
-    sp, rank = ulysses.sp_size(), ulysses.sp_rank()
-    sp_modules = dict(sp_model.named_modules())
-    saved = 0
-    for name, layer in full.named_modules():
-        src = sp_modules.get(name)
-        if isinstance(layer, RowParallelLinear) and isinstance(src, RowParallelLinear):
-            plain = UnquantizedLinearMethod
-        elif isinstance(layer, VocabParallelEmbedding) and isinstance(src, VocabParallelEmbedding):
-            plain = UnquantizedEmbeddingMethod
-        else:
-            continue
-        if not (type(layer.quant_method) is plain and type(src.quant_method) is plain):
-            continue
-        w, s = layer.weight, src.weight
-        # (The CPU platform packs linear weights for oneDNN and drops them.)
-        if w.dim() != 2 or s.dim() != 2 or w.numel() == 0 or s.dtype != w.dtype:
-            continue
-        if plain is UnquantizedLinearMethod:
-            k = w.shape[1]
-            if s.shape != (w.shape[0], k * sp):
-                continue
-            w.data = s.data[:, rank * k:(rank + 1) * k]
-        else:
-            mine, theirs = layer.shard_indices, src.shard_indices
-            offset = mine.padded_org_vocab_start_index - theirs.padded_org_vocab_start_index
-            rows = w.shape[0]
-            if (mine.num_added_elements_padded or theirs.num_added_elements_padded
-                    or w.shape[1] != s.shape[1] or offset < 0 or offset + rows > s.shape[0]):
-                continue
-            w.data = s.data[offset:offset + rows]
-        saved += w.numel() * w.element_size()
-    return saved
 
 
 def _dispatch(model: torch.nn.Module, state: _Shift) -> None:
