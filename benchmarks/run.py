@@ -630,8 +630,8 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
     """`prof_<w>`: <w>'s load, traced for PROFILE[1] steps from PROFILE[0] s (`prof<N>_<w>`:
     N s) after it reached the server; once rank 0's trace is written the client is stopped
     (the rest of the load would tell nothing more, and the server aborts what it was
-    sending).  Writes
-    `<workload>.json`: the window's summary (`serve_profile.py`), DP: engine 0's rank 0."""
+    sending).  Writes `<workload>.json`: the window's summary (`serve_profile.py`), DP:
+    engine 0's rank 0."""
     from serve_profile import summarize_serving
     from step_profile import load_trace
     args = bench_args(workload, shape)

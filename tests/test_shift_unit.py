@@ -82,25 +82,22 @@ def test_row_parallel_weights_shared_across_layouts(tmp_path, tp, sp):
     run_ranks(weights_shared_on_each_rank, tmp_path, tp, sp)
 
 
-class GatedMLP:
+def gated_mlp(gate_up, act):
     """A decoder MLP as vLLM's models write it (its forward is what
     ``shift_weights`` reads to use the activation's blocked view)."""
+    import torch
 
-    @staticmethod
-    def make(gate_up, act):
-        import torch
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_up_proj, self.act_fn = gate_up, act
 
-        class MLP(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.gate_up_proj, self.act_fn = gate_up, act
+        def forward(self, x):
+            x, _ = self.gate_up_proj(x)
+            x = self.act_fn(x)
+            return x
 
-            def forward(self, x):
-                x, _ = self.gate_up_proj(x)
-                x = self.act_fn(x)
-                return x
-
-        return MLP()
+    return MLP()
 
 
 def merged_layers_shared_on_each_rank(rank, world, tp, sp, cfg):
@@ -127,7 +124,7 @@ def merged_layers_shared_on_each_rank(rank, world, tp, sp, cfg):
         model = torch.nn.Module()
         model.attn = torch.nn.Module()
         model.attn.qkv_proj = qkv
-        model.mlp = GatedMLP.make(gate_up, SiluAndMul())
+        model.mlp = gated_mlp(gate_up, SiluAndMul())
         return model
 
     def load(model):

@@ -282,7 +282,9 @@ def _merged_views(src: Any, layer: Any, sp: int, rank: int) -> dict[str, torch.T
         if pname != "weight" and p.numel() == 1 and s.numel() == 1:
             view = s.data.view(p.shape)
         else:
-            dims = [d for d in range(p.dim()) if s.dim() == p.dim() and s.shape[d] != p.shape[d]]
+            if s.dim() != p.dim():
+                return {}
+            dims = [d for d in range(p.dim()) if s.shape[d] != p.shape[d]]
             if len(dims) != 1 or s.shape[dims[0]] != p.shape[dims[0]] * sp:
                 return {}
             n = p.shape[dims[0]]
