@@ -15,16 +15,18 @@ gpu_mib() {
 # later lease than ANCHOR, after a RESUME -- serve ANCHOR again on this lease into the result
 # set $S-TAG (`run.py --tag`), beside a copy of NEW's rows if they are this lease's, else
 # beside NEW served again too; `run.py report --tag TAG` then holds the comparison.  Nothing
-# to do when they already share a lease.
+# to do when they already share a lease.  The rows compared are the plan's own result set:
+# $S, or $S-X when $L says `--tag X`.
 beside() {
   local tag=$1 anchor=$2 w=$3; shift 3
   if python3 benchmarks/run.py leases "$anchor" "$@" $L --workloads "$w"; then
     echo "beside: $anchor and $* share a lease"; return 0
   fi
-  local new w1 missing="" serve=("$anchor") to=$BENCH_DIR/res/$S-$tag
+  local new w1 missing="" serve=("$anchor") to=$BENCH_DIR/res/$S-$tag from=$BENCH_DIR/res/$S
+  [[ " $L " =~ " --tag "([^ ]+)" " ]] && from+=-${BASH_REMATCH[1]}
   for new in "$anchor" "$@"; do
     for w1 in ${w//,/ }; do
-      [[ -f $BENCH_DIR/res/$S/$new/$w1.json ]] || missing+=" $new/$w1"
+      [[ -f $from/$new/$w1.json ]] || missing+=" $new/$w1"
     done
   done
   if [[ -n $missing && ${BENCH_DRY_RUN:-} != 1 ]]; then
@@ -37,7 +39,7 @@ beside() {
     if [[ ${BENCH_DRY_RUN:-} != 1 ]]; then
       mkdir -p "$to"
       for new in "$@"; do
-        [[ -d $to/$new ]] || cp -r "$BENCH_DIR/res/$S/$new" "$to/"
+        [[ -d $to/$new ]] || cp -r "$from/$new" "$to/"
       done
     fi
   else
