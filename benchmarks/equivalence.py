@@ -63,12 +63,14 @@ import gzip
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 # Never NVLink multicast on these hosts (hostpaths.sh says why): FlashInfer's
@@ -912,15 +914,22 @@ def _launch(family: str, ckpt: Path, outdir: Path, todo: list[str], timeout: int
 
 
 FUSION_MADE = "Initialized FlashInfer Allreduce norm fusion workspace"
+# ours (patch flashinfer-allreduce-workspace-per-group) names the group, once a process per group
+FUSION_GROUP = re.compile(FUSION_MADE + r" with backend=\S+ for a group of (\d+)")
 
 
 def _note_fusion(out: Path, log: Path) -> None:
     """Whether any model of the engine built FlashInfer's fused all-reduce
-    (vLLM logs its workspace once per process when the compile pass that
-    uses it is made): the config's flag says only that it was asked for."""
+    (vLLM logs its workspace when the compile pass that uses it is made):
+    the config's flag says only that it was asked for.  With our wheel, also
+    how many ranks built a workspace for a group of each size (Shift at
+    TP=2 x SP=2: 4 for the SP model's groups of 2, 4 for the full-TP group
+    of 4)."""
     if out.exists():
         r = json.loads(out.read_text())
-        r["fusion_workspace"] = FUSION_MADE in _text(log)
+        text = _text(log)
+        r["fusion_workspace"] = FUSION_MADE in text
+        r["fusion_workspaces"] = dict(sorted(Counter(FUSION_GROUP.findall(text)).items()))
         out.write_text(json.dumps(r))
 
 
@@ -979,7 +988,10 @@ def _fused(r: dict) -> str:
     2026-11-26's second lease)."""
     if "fusion_workspace" not in r:
         return str(r["fuse_allreduce_rms"])
-    return f"{r['fuse_allreduce_rms']}, {'built' if r['fusion_workspace'] else 'not built'}"
+    groups = "".join(f", {n} ranks × group of {size}"
+                     for size, n in r.get("fusion_workspaces", {}).items())
+    return (f"{r['fuse_allreduce_rms']}, {'built' if r['fusion_workspace'] else 'not built'}"
+            + groups)
 
 
 def _both_models_ran(r: dict, name: str) -> bool:

@@ -75,6 +75,8 @@ LAYOUTS = {
     "sp2": ("ours", 2, ["-sp", "2"]),
     "sp2_before": ("before", 2, ["-sp", "2"]),     # ours before a speed change (issue 35)
     "shift": ("ours", 2, ["-sp", "2", "--shift-parallel"]),
+    "shift_before": ("before", 2, ["-sp", "2", "--shift-parallel"]),
+    "tp2_again": ("official", 2, ["-tp", "2"]),    # served twice: the spread between servers
     "tp4": ("official", 4, ["-tp", "4"]),
     "dp2_tp2": ("official", 4, ["-dp", "2", "-tp", "2"]),
     "tp2_sp2": ("ours", 4, ["-tp", "2", "-sp", "2"]),
@@ -127,6 +129,8 @@ for _n in ("tp1", "tp8", "dp4_tp2", "tp2_sp4", "sp8", "shift_tp2_sp4", "arctic_t
     LAYOUTS[f"{_n}_fp8"] = (_install, _gpus, [*_args, "--quantization", "fp8"])
     LAYOUTS[f"{_n}_fp8kv"] = (_install, _gpus, [*_args, "--quantization", "fp8",
                                                  "--kv-cache-dtype", "fp8"])
+LAYOUTS["shift_tp2_sp2_fp8_before"] = ("before", *LAYOUTS["shift_tp2_sp2_fp8"][1:])
+LAYOUTS["tp4_fp8_again"] = LAYOUTS["tp4_fp8"]
 # our layout -> the peer's same layout (the ratio the issue asks for: at least as good)
 PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift",
         **{f"{a}{q}": f"{b}{q}" for q in ("", "_fp8", "_fp8kv")

@@ -108,11 +108,11 @@ def test_cli_rejects_shift_without_sp(llama):
     assert "it needs --sequence-parallel-size > 1" in out, out[-3000:]
 
 
-def test_full_tp_model_does_not_fuse_over_the_sp_models_group(llama):
-    """FlashInfer's fused all-reduce + RMSNorm keeps one workspace per
-    process, made for the first group that asks: at TP=2 x SP=2 the SP
-    model's TP group.  The full-TP model reduces over TP*SP ranks, so its
-    config must not ask for the fused pass; the SP model's keeps it."""
+def test_full_tp_model_fuses_like_plain_tp(llama):
+    """FlashInfer's fused all-reduce + RMSNorm keeps a workspace per group
+    of ranks (patch flashinfer-allreduce-workspace-per-group): the full-TP
+    model, which reduces over TP*SP ranks, asks for the fused pass as a
+    plain TP=4 model does, and gets the full-TP group's workspace."""
     from vllm.distributed import ulysses
 
     cfg = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2,
@@ -122,18 +122,17 @@ def test_full_tp_model_does_not_fuse_over_the_sp_models_group(llama):
     cfg.compilation_config.pass_config.fuse_allreduce_rms = True
     full = ulysses.full_tp_config(cfg)
     assert full.parallel_config.tensor_parallel_size == 4
-    assert not full.compilation_config.pass_config.fuse_allreduce_rms
-    assert cfg.compilation_config.pass_config.fuse_allreduce_rms
-    assert (full.compilation_config.compute_hash()
-            != cfg.compilation_config.compute_hash())
+    assert full.compilation_config.pass_config.fuse_allreduce_rms
+    assert full.compilation_config is not cfg.compilation_config    # its own layer table
+    assert (full.parallel_config.compute_hash()
+            != cfg.parallel_config.compute_hash())                 # its own compile cache
 
 
-def test_drafter_under_shift_does_not_fuse_over_the_sp_models_group(llama, monkeypatch):
+def test_drafter_under_shift_builds_with_its_own_config(llama, monkeypatch):
     """Under Shift a drafter runs in the full-TP layout (its all-reduces
-    span TP*SP ranks), so, like the full-TP model, it is built from a config
-    without the fused all-reduce: the one FlashInfer workspace belongs to
-    the SP model's TP group.  Its layers still join the runner's table, and
-    the proposer keeps its own config afterwards."""
+    span TP*SP ranks, through the full-TP group's FlashInfer workspace): it
+    is built from its own config, fused all-reduce and all, and its layers
+    join the runner's table."""
     from contextlib import nullcontext
 
     from vllm.distributed import shift, ulysses
@@ -157,35 +156,5 @@ def test_drafter_under_shift_does_not_fuse_over_the_sp_models_group(llama, monke
     monkeypatch.setattr(ulysses, "as_full_tp", nullcontext)     # no process groups here
     drafter = shift.place_drafter(Proposer(), cfg)
     drafter.load_model(object())
-    assert seen == [(False, True)]
+    assert seen == [(True, True)]
     assert drafter.vllm_config is cfg and cfg.compilation_config.pass_config.fuse_allreduce_rms
-
-
-def test_full_tp_group_leaves_flashinfer_allreduce_to_the_tp_group(monkeypatch):
-    """From vLLM 0.32 every CUDA group's communicator all-reduces through
-    FlashInfer by default, and the process has one FlashInfer workspace,
-    made for the first group that asks, used whatever group asks later: the
-    full-TP group (Shift's full-TP model, its drafter) and the SP group must
-    not use it; the TP group (vLLM's own) keeps it."""
-    from types import SimpleNamespace
-
-    import torch
-    from vllm.distributed import parallel_state, ulysses
-
-    made = []
-
-    def group(ranks, local_rank, backend, group_name):
-        g = SimpleNamespace(ranks=ranks[0], world_size=len(ranks[0]), rank_in_group=0,
-                            device_communicator=SimpleNamespace(fi_ar_comm=object()),
-                            _all_gather_out_place=lambda x, dim: x,
-                            gather=lambda x, dst=0, dim=-1: x)
-        made.append((group_name, g))
-        return g
-
-    monkeypatch.setattr(parallel_state, "init_model_parallel_group", group)
-    monkeypatch.setattr(ulysses.dist, "get_rank", lambda: 0)
-    monkeypatch.setattr(ulysses, "_SP", None)
-    monkeypatch.setattr(ulysses, "_FULL_TP", None)
-    ulysses.init_groups(torch.arange(4).reshape(1, 1, 1, 1, 2, 2), 0, "gloo")   # TP=2, SP=2
-    comms = {name: g.device_communicator.fi_ar_comm for name, g in made}
-    assert comms == {"sp": None, "full_tp": None}, comms

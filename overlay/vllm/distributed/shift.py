@@ -363,18 +363,12 @@ def place_drafter(drafter: Any, config: VllmConfig) -> Any:
 
     def load_in_full_tp(target: torch.nn.Module) -> None:
         global _DRAFTING
-        # The drafter's all-reduces run over the full-TP group: compiled
-        # without the fused all-reduce, as the full-TP model is (its model
-        # keeps the config it is built with; the proposer gets its own back).
-        config = drafter.vllm_config
-        drafter.vllm_config = ulysses.without_fused_allreduce(config)
         _DRAFTING = True
         try:
             with ulysses.as_full_tp():
                 load_model(full_tp_model() or target)
         finally:
             _DRAFTING = False
-            drafter.vllm_config = config
         if _STATE is not None:
             _STATE.drafter_layers = set(drafter._draft_attn_layer_names)
 

@@ -107,27 +107,10 @@ def init_groups(all_ranks: torch.Tensor, local_rank: int, backend: str) -> None:
     _FULL_TP = init_model_parallel_group(full_tp_group_ranks(all_ranks), local_rank,
                                          backend, group_name="full_tp")
     _gathers_in_member_order(_FULL_TP)
-    for group in (_SP, _FULL_TP):
-        _without_flashinfer_allreduce(group)
     if _SP.world_size > 1:
         logger.info_once("Ulysses SP: rank %d is SP rank %d of %d, full-TP rank %d of %d",
                          dist.get_rank(), _SP.rank_in_group, _SP.world_size,
                          _FULL_TP.rank_in_group, _FULL_TP.world_size)
-
-
-def _without_flashinfer_allreduce(group: GroupCoordinator) -> None:
-    """vLLM keeps one FlashInfer all-reduce workspace per process, made for
-    the first group that asks, and both its users take it whatever group
-    they reduce over: the standalone all-reduce (on by default on CUDA from
-    vLLM 0.32) and the fused all-reduce + RMSNorm.  It belongs to the TP
-    group (the SP model's, or plain TP's); the full-TP group's all-reduces
-    (Shift's full-TP model, its drafter) run without it, through vLLM's
-    custom all-reduce or NCCL, as their compiled code runs without the fused
-    pass (``without_fused_allreduce``).  The SP group does not all-reduce;
-    should anything ever do so, not through the TP group's workspace."""
-    comm = getattr(group, "device_communicator", None)     # None: no device (CPU-only group)
-    if getattr(comm, "fi_ar_comm", None) is not None:
-        comm.fi_ar_comm = None      # not destroy(): that frees the process's one workspace
 
 
 def _gathers_in_member_order(group: GroupCoordinator) -> None:
@@ -190,8 +173,11 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     state by it.  With SP=1, ``vllm_config`` itself.
 
     A copy with its own, empty table of layers by name, so that a model
-    built with it does not clash with the SP model's names, and without the
-    fused all-reduce (``without_fused_allreduce``).  ``shift_parallel``
+    built with it does not clash with the SP model's names.  It keeps
+    FlashInfer's fused all-reduce + RMSNorm (on by default at TP > 1 on
+    Hopper): built and run inside ``as_full_tp``, its pass and its run-time
+    op ask for the full-TP group's workspace, a workspace of its own
+    (patch ``flashinfer-allreduce-workspace-per-group``).  ``shift_parallel``
     stays as it is: the compile caches key on the config's hash, and the
     full-TP model's graphs name the full-TP group, so they must never be
     mistaken for a genuine TP=TP*SP run's (which name ``tp``)."""
@@ -206,27 +192,6 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     cc.static_all_moe_layers = []
     cfg = copy.copy(vllm_config)
     cfg.parallel_config = full
-    cfg.compilation_config = cc
-    return without_fused_allreduce(cfg)
-
-
-def without_fused_allreduce(vllm_config: VllmConfig) -> VllmConfig:
-    """``vllm_config`` for a model whose all-reduces run over the full-TP
-    group (Shift's full-TP model, its drafter): a copy whose compilation
-    leaves out FlashInfer's fused all-reduce + RMSNorm (on by default at
-    TP > 1 on Hopper).  vLLM keeps one FlashInfer workspace per process,
-    made for the first group that asks, and at run time the fused op takes
-    it whatever group it reduces over: the SP model's TP group has it, and
-    a full-TP all-reduce through it would sum over the wrong GPUs.  The
-    copy shares everything else, the table of layers by name included.
-    Without the fusion, ``vllm_config`` itself."""
-    cc = vllm_config.compilation_config
-    if not getattr(cc.pass_config, "fuse_allreduce_rms", False):
-        return vllm_config
-    cc = copy.copy(cc)
-    cc.pass_config = copy.copy(cc.pass_config)
-    cc.pass_config.fuse_allreduce_rms = False
-    cfg = copy.copy(vllm_config)
     cfg.compilation_config = cc
     return cfg
 

@@ -1,0 +1,46 @@
+# Issue 46, 4 GPUs (nvidia-h100-x4 / nvidia-h200-x4), vLLM 0.26.0: Shift at TP=2xSP=2 with
+# both groups' all-reduce fused (a FlashInfer workspace per group of ranks, the patch
+# flashinfer-allreduce-workspace-per-group), against TP=4.  Staged with the tree before the
+# change as $SITE_BEFORE:
+#   python3 benchmarks/stage.py --before 03e64f7      # main before the per-group workspace
+# Correct first (equivalence.py, seeded checkpoints, threshold 256 so both models run):
+# Llama and Qwen3-MoE at TP=1, TP=4 and TP=2xSP=2 Shift, each Shift engine logging its
+# workspaces per group (the report's "fused AR+norm": target 4 ranks x a group of 2 and 4
+# ranks x a group of 4), and the draft model at tp1+draft, tp4+draft, tp2sp2_shift+draft.
+# Then served, the 70B shape in FP8 at the defaults: Shift (fused), TP=4, Shift before
+# (unfused), TP=4 again on lat4k (TPOT at one user: target within the spread of the two TP=4
+# servers), Shift and TP=4 also on sat4k_500; then DP=2xTP=2 beside Shift (sat4k_500).
+# Minutes (4xH100, leases 5-8): staging 2 + installs 3, equivalence ~8, Shift's start ~6.5
+# (~4 with vLLM's compile cache carried), TP=4's ~4.5, lat4k ~1, sat4k_500 ~3: the first
+# lease reaches TP=4 again; a RESUME serves the rest, `beside` keeps each ratio on one lease.
+# Report: BENCH_DIR=<res> python benchmarks/run.py report --shape 70b --tag fused.
+S=${PLAN_SHAPE:-70b}
+L="--shape $S --tag fused"
+W=lat4k
+WS=sat4k_500
+[[ $S == tiny ]] && W=lat8k WS=sat
+# shellcheck source=../plan-lib.sh
+source "$here/benchmarks/plan-lib.sh"
+if [[ $S != tiny ]]; then
+  export EQ_GPU_UTIL=0.06
+  for fam in llama qwen3_moe; do
+    step "eq_$fam" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+      "$CKPT_DIR/$fam" "$res/equiv-fused" tp1 tp4 tp2sp2_shift --timeout 900 &
+  done
+  wait
+  step eq_draft env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
+    "$CKPT_DIR/llama" "$res/equiv-fused" tp1+draft tp4+draft tp2sp2_shift+draft --timeout 900
+  step eq_report python3 benchmarks/equivalence.py report "$res/equiv-fused" \
+    --md "$res/equiv-fused/report.md"
+fi
+step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
+q=_fp8; [[ $S == tiny ]] && q=
+step shift python3 benchmarks/run.py layout shift_tp2_sp2$q $L --workloads $W,$WS
+step tp4 python3 benchmarks/run.py layout tp4$q $L --workloads $W,$WS
+step shift_tp4 beside fusedb shift_tp2_sp2$q $W,$WS tp4$q
+[[ $S != tiny ]] && step shift_before python3 benchmarks/run.py layout shift_tp2_sp2_fp8_before \
+  $L --workloads $W
+[[ $S != tiny ]] && step tp4_again python3 benchmarks/run.py layout tp4_fp8_again $L --workloads $W
+step dp python3 benchmarks/run.py layout dp2_tp2$q $L --workloads $WS
+step shift_dp beside fusedc shift_tp2_sp2$q $WS dp2_tp2$q
+step report reports
