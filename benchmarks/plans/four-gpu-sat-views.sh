@@ -29,7 +29,9 @@ step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape
 step shift python3 benchmarks/run.py layout shift_tp2_sp2_fp8 $L --workloads $W
 step tp4 python3 benchmarks/run.py layout tp4_fp8 $L --workloads ${W%%,*}
 # Lease 8 ran Shift's rows and ran out as TP=4's sat4k_500 ran: resumed, TP=4 runs on a new
-# lease, so Shift is served again beside it (set $S-satvb) before TP=4's profile.
+# lease, so Shift is served again beside it (set $S-satvb) before TP=4's profile.  Staged
+# from main after ee27c2f, that Shift also fuses its full-TP model's all-reduce (lease 8's
+# did not): satvb is the comparison, satv's Shift row the views alone.
 step shift_tp4 beside satvb shift_tp2_sp2_fp8 ${W%%,*} tp4_fp8
 step tp4_prof python3 benchmarks/run.py layout tp4_fp8 $L --workloads ${W#*,}
 step report reports
