@@ -12,7 +12,8 @@
 # servers), Shift and TP=4 also on sat4k_500; then DP=2xTP=2 beside Shift (sat4k_500).
 # Minutes (4xH100, leases 5-8): staging 2 + installs 3, equivalence ~8, Shift's start ~6.5
 # (~4 with vLLM's compile cache carried), TP=4's ~4.5, lat4k ~1, sat4k_500 ~3: the first
-# lease reaches TP=4 again; a RESUME serves the rest, `beside` keeps each ratio on one lease.
+# lease ends about TP=4's sat4k_500, which with Shift's is also issue 47's saturation ratio
+# (views and fusion both in); a RESUME serves the rest, `beside` keeps ratios on one lease.
 # Report: BENCH_DIR=<res> python benchmarks/run.py report --shape 70b --tag fused.
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag fused"
@@ -23,13 +24,15 @@ WS=sat4k_500
 source "$here/benchmarks/plan-lib.sh"
 if [[ $S != tiny ]]; then
   export EQ_GPU_UTIL=0.06
-  for fam in llama qwen3_moe; do
-    step "eq_$fam" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
-      "$CKPT_DIR/$fam" "$res/equiv-fused" tp1 tp4 tp2sp2_shift --timeout 900 &
-  done
+  eq() {   # STEP FAMILY LAYOUT...
+    local name=$1 fam=$2; shift 2
+    step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+      "$CKPT_DIR/$fam" "$res/equiv-fused" "$@" --timeout 900
+  }
+  # the draft rows after Llama's (they read its checkpoint), beside Qwen3-MoE's
+  (eq eq_llama llama tp1 tp4 tp2sp2_shift; eq eq_draft llama tp1+draft tp4+draft tp2sp2_shift+draft) &
+  eq eq_qwen3_moe qwen3_moe tp1 tp4 tp2sp2_shift &
   wait
-  step eq_draft env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
-    "$CKPT_DIR/llama" "$res/equiv-fused" tp1+draft tp4+draft tp2sp2_shift+draft --timeout 900
   step eq_report python3 benchmarks/equivalence.py report "$res/equiv-fused" \
     --md "$res/equiv-fused/report.md"
 fi

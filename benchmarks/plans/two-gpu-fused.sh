@@ -21,13 +21,15 @@ W=lat4k,lat8k
 source "$here/benchmarks/plan-lib.sh"
 if [[ $S != tiny ]]; then
   export EQ_GPU_UTIL=0.06
-  for fam in llama qwen3_moe; do
-    step "eq_$fam" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
-      "$CKPT_DIR/$fam" "$res/equiv-fused" tp1 tp2 shift --timeout 900 &
-  done
+  eq() {   # STEP FAMILY LAYOUT...
+    local name=$1 fam=$2; shift 2
+    step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+      "$CKPT_DIR/$fam" "$res/equiv-fused" "$@" --timeout 900
+  }
+  # the draft rows after Llama's (they read its checkpoint), beside Qwen3-MoE's
+  (eq eq_llama llama tp1 tp2 shift; eq eq_draft llama tp1+draft tp2+draft shift+draft) &
+  eq eq_qwen3_moe qwen3_moe tp1 tp2 shift &
   wait
-  step eq_draft env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family llama \
-    "$CKPT_DIR/llama" "$res/equiv-fused" tp1+draft tp2+draft shift+draft --timeout 900
   step eq_report python3 benchmarks/equivalence.py report "$res/equiv-fused" \
     --md "$res/equiv-fused/report.md"
 fi
