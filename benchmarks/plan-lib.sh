@@ -49,6 +49,26 @@ beside() {
   python3 benchmarks/run.py layout "${serve[@]}" $L --tag "$tag" --workloads "$w"
 }
 
+# fused_equivalence LAYOUTS DRAFT_LAYOUTS: the fused-Shift plans' correctness rows
+# (equivalence.py, ours, seeded checkpoints, into $res/equiv-fused): Llama then its draft-model
+# rows (they read its checkpoint), beside Qwen3-MoE; then the report.
+fused_equivalence() {
+  local layouts=$1 drafts=$2
+  export EQ_GPU_UTIL=0.06
+  eq() {   # STEP FAMILY LAYOUT...
+    local name=$1 fam=$2; shift 2
+    step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+      "$CKPT_DIR/$fam" "$res/equiv-fused" "$@" --timeout 900
+  }
+  # shellcheck disable=SC2086   # the layouts are words
+  (eq eq_llama llama $layouts; eq eq_draft llama $drafts) &
+  # shellcheck disable=SC2086
+  eq eq_qwen3_moe qwen3_moe $layouts &
+  wait
+  step eq_report python3 benchmarks/equivalence.py report "$res/equiv-fused" \
+    --md "$res/equiv-fused/report.md"
+}
+
 # note TEXT: a line for the run's log (stdout in a dry run).
 note() {
   if [[ ${BENCH_DRY_RUN:-} == 1 ]]; then echo "$*"; else echo "$*" >> "$res/progress.log"; fi

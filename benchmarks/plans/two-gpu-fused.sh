@@ -19,20 +19,7 @@ W=lat4k,lat8k
 [[ $S == tiny ]] && W=lat8k
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-if [[ $S != tiny ]]; then
-  export EQ_GPU_UTIL=0.06
-  eq() {   # STEP FAMILY LAYOUT...
-    local name=$1 fam=$2; shift 2
-    step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
-      "$CKPT_DIR/$fam" "$res/equiv-fused" "$@" --timeout 900
-  }
-  # the draft rows after Llama's (they read its checkpoint), beside Qwen3-MoE's
-  (eq eq_llama llama tp1 tp2 shift; eq eq_draft llama tp1+draft tp2+draft shift+draft) &
-  eq eq_qwen3_moe qwen3_moe tp1 tp2 shift &
-  wait
-  step eq_report python3 benchmarks/equivalence.py report "$res/equiv-fused" \
-    --md "$res/equiv-fused/report.md"
-fi
+[[ $S != tiny ]] && fused_equivalence "tp1 tp2 shift" "tp1+draft tp2+draft shift+draft"
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
 for lay in tp2 shift shift_before tp2_again; do
   step "$lay" python3 benchmarks/run.py layout "$lay" $L --workloads $W
