@@ -35,6 +35,7 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -472,13 +473,24 @@ def scrape(base: str) -> str | None:
         return None
 
 
-def server_times(base: str) -> dict[str, list[float]] | None:
-    """{key: [sum, count]} of SERVER_TIMES summed over all label sets, or
-    None when /metrics cannot be read (a report, not a check)."""
+# Prompt tokens the prefix cache looked up and found (counters, every engine): a workload's
+# TTFT measures prefill only where it found none (see seed_of).
+SERVER_COUNTS = {"prefix_cache_queries": "vllm:prefix_cache_queries_total",
+                 "prefix_cache_hits": "vllm:prefix_cache_hits_total"}
+
+
+def server_times(base: str) -> dict[str, list[float] | float] | None:
+    """{key: [sum, count]} of SERVER_TIMES and {key: total} of SERVER_COUNTS,
+    each summed over all label sets, or None when /metrics cannot be read (a
+    report, not a check)."""
     text = scrape(base)
     if text is None:
         return None
-    out = {}
+    out: dict = {}
+    for key, name in SERVER_COUNTS.items():
+        found = re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        if found:
+            out[key] = sum(float(m) for m in found)
     for key, name in SERVER_TIMES.items():
         sums = [float(m) for m in re.findall(rf"^{re.escape(name)}_sum(?:{{[^}}]*}})? (\S+)$",
                                              text, re.M)]
@@ -490,12 +502,16 @@ def server_times(base: str) -> dict[str, list[float]] | None:
 
 
 def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
-    """Mean milliseconds per request of each SERVER_TIMES entry between two
-    scrapes (exactly the workload's requests: its warm-up ran before)."""
+    """Mean milliseconds per request of each SERVER_TIMES entry, and tokens of
+    each SERVER_COUNTS entry, between two scrapes (exactly the workload's
+    requests: its warm-up ran before)."""
     if not before or not after:
         return {}
     means = {}
-    for key, (s1, c1) in after.items():
+    for key in SERVER_COUNTS:
+        if key in after:
+            means[f"{key}_tokens"] = after[key] - before.get(key, 0.0)
+    for key, (s1, c1) in ((k, v) for k, v in after.items() if k not in SERVER_COUNTS):
         s0, c0 = before.get(key, (0.0, 0.0))
         if c1 > c0:
             means[f"{key}_ms"] = 1e3 * (s1 - s0) / (c1 - c0)
@@ -517,6 +533,18 @@ def bench_cmd(model: Path, port: int | str, seed: int, extra: list[str]) -> list
             "--seed", str(seed), "--num-warmups", "0", *extra]
 
 
+def seed_of(workload: str) -> int:
+    """The client's seed for a workload's prompts: its own, so that no two workloads on one
+    server send the same prompts.  vLLM's random dataset makes prompt i a run of consecutive
+    token ids from offset[i] + i, the offsets drawn from the seed after the lengths: two
+    workloads of one seed and one prompt count (lat8k and lat4k, 6 each) send prompts of which
+    one is the other's prefix.  Until 2026-11-28 every client ran seed 0, so lat4k served after
+    lat8k found its prompts in the prefix cache: its TTFT (~35 ms at 70B on 4xH100, 26 ms at
+    8B on 2xH100) was a cache hit, not a prefill (~200 ms computed).  A warm-up (one prompt)
+    and a profile (`prof_<w>`, <w>'s load again) take the seed of their own name."""
+    return zlib.crc32(workload.encode()) % 1_000_000
+
+
 def measured(workload: str, out_dir: Path, args: list[str]) -> list[str]:
     """`vllm bench serve` arguments of a workload's measured run (after its warm-up)."""
     return ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
@@ -525,7 +553,7 @@ def measured(workload: str, out_dir: Path, args: list[str]) -> list[str]:
 
 
 def warm_up(args: list[str]) -> list[str]:
-    """A workload's arguments for one prompt (of another seed: see bench)."""
+    """A workload's arguments for one prompt (of another seed: see bench and seed_of)."""
     n = args.index("--num-prompts") + 1
     return args[:n] + ["1"] + args[n + 1:]
 
@@ -543,10 +571,10 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
     warm = warm_up(args)
     log = out_dir / f"{workload}.log"
     with open(log, "w") as out:
-        subprocess.run(cmd(1, warm), stdout=out, stderr=subprocess.STDOUT,
-                       env=env_for(layout, shape), timeout=900)
+        subprocess.run(cmd(seed_of("warm-" + workload), warm), stdout=out,
+                       stderr=subprocess.STDOUT, env=env_for(layout, shape), timeout=900)
         before = server_times(base)
-        rc = subprocess.run(cmd(0, measured(workload, out_dir, args)),
+        rc = subprocess.run(cmd(seed_of(workload), measured(workload, out_dir, args)),
                             stdout=out, stderr=subprocess.STDOUT,
                             env=env_for(layout, shape), timeout=900).returncode
     result = out_dir / f"{workload}.json"
@@ -643,10 +671,10 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
     env = env_for(layout, shape)
     after = profile_after(workload)
     with open(out_dir / f"{workload}.log", "w") as out:
-        subprocess.run(bench_cmd(model, port, 1, warm_up(args)),
+        subprocess.run(bench_cmd(model, port, seed_of("warm-" + workload), warm_up(args)),
                        stdout=out, stderr=subprocess.STDOUT, env=env, timeout=900)
         since = time.time()
-        client = subprocess.Popen(bench_cmd(model, port, 0, args), stdout=out,
+        client = subprocess.Popen(bench_cmd(model, port, seed_of(workload), args), stdout=out,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             # From the load's arrival, not the client's start (its imports, its prompts and
@@ -694,7 +722,7 @@ def probe(port: int, tokenizer: str, workload: str, out: Path) -> None:
 
     args = WORKLOADS[workload]
     val = lambda k: int(args[args.index(k) + 1])  # noqa: E731
-    reqs = RandomDataset(random_seed=0).sample(
+    reqs = RandomDataset(random_seed=seed_of(workload)).sample(
         tokenizer=get_tokenizer(tokenizer), num_requests=val("--num-prompts"),
         input_len=val("--random-input-len"), output_len=val("--random-output-len"))
     errors = []
@@ -779,7 +807,7 @@ def burst_trace(name: str, shape: str, base: str, out_dir: Path) -> None:
 
     isl, osl, arrivals = burst_schedule(name, shape)
     vocab = min(100000, SHAPES[shape][1] - 3)
-    rng = random.Random(1)
+    rng = random.Random(seed_of(name))
     # distinct random words: no prefix-cache hits; one word is one token (+ BOS = isl)
     prompts = [" ".join(word(rng.randrange(vocab)) for _ in range(isl - 1)) for _ in arrivals]
 
@@ -950,10 +978,10 @@ def dry_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
         benched = base_workload(w) in WORKLOADS
         if benched and not client:   # the client in full once, then each one's load
             client = True
-            print("[dry]   client (after one warm-up prompt of seed 1): " + " ".join(
-                bench_cmd(model, "PORT", 0, measured(w, out_dir, bench_args(w, shape)))))
+            print("[dry]   client (after one warm-up prompt of another seed): " + " ".join(
+                bench_cmd(model, "PORT", seed_of(w), measured(w, out_dir, bench_args(w, shape)))))
         if benched:
-            print(f"[dry]   {w}: " + " ".join(bench_args(w, shape)) + (
+            print(f"[dry]   {w} (seed {seed_of(w)}): " + " ".join(bench_args(w, shape)) + (
                 f"; traced: {PROFILE[1]} steps from {profile_after(w):.0f} s in"
                 if profiled(w) else ""))
         elif w in BURSTS:
@@ -1075,6 +1103,22 @@ def load(shape: str) -> dict[str, dict[str, dict]]:
 def table(intro: str, cells: list[str]) -> list[str]:
     """A report section's opening lines: its intro, then a Markdown table header."""
     return ["", intro, "", "| " + " | ".join(cells) + " |", "|" + " --- |" * len(cells)]
+
+
+def cache_section(res: dict) -> list[str]:
+    """Measured runs whose prompts the prefix cache held in part: their TTFT is no prefill.
+    From the server's counters (recorded since 2026-11-28; before, every lat4k served after
+    lat8k was a hit: see seed_of)."""
+    hits = [(n, w, r["server"]) for n, ws in res.items() for w, r in ws.items()
+            if r.get("server", {}).get("prefix_cache_hits_tokens")]
+    if not hits:
+        return []
+    out = table("Prefix-cache hits in measured runs (a TTFT with hits is not a prefill):",
+                ["layout", "workload", "prompt tokens found / looked up"])
+    for n, w, srv in hits:
+        out.append(f"| {n} | {w} | {srv['prefix_cache_hits_tokens']:.0f} / "
+                   f"{srv.get('prefix_cache_queries_tokens', 0):.0f} |")
+    return out
 
 
 def leases_section(shape: str) -> list[str]:
@@ -1261,6 +1305,7 @@ def report(shape: str) -> str:
             p["layout"] = f"{p['layout']} / {base_workload(p['workload'])}, traced from " \
                           f"{p['after_s']:.0f} s in"
             lines.append(markdown([p]))
+    lines += cache_section(res)
     lines += leases_section(shape)
     text = "\n".join(lines) + "\n"
     set_dir(shape).mkdir(parents=True, exist_ok=True)
