@@ -15,8 +15,8 @@
 #                they are not returned again
 #   keep DIR...  (here) gather pieces from device result folders into
 #                ~/.cache/vllm-sp/compile-cache/<vllm>/ and say which entries are whole
-#   stage VER    (here) whole entries of vLLM VER into .gpuhost-cc/gNN (<= 60 MiB a call),
-#                and the calls that carry them
+#   stage VER    (here) whole entries of vLLM VER into .gpuhost-cc/gNN (<= 48 MiB a call: the tree travels too,
+#                ~9 MiB, within the 64 MiB a call carries), and the calls that carry them
 set -uo pipefail
 cache=${VLLM_CACHE_ROOT:-$HOME/.cache/vllm}/torch_compile_cache
 piece=$((15 * 1024 * 1024))
@@ -105,7 +105,7 @@ case "${1:-}" in
       stem=${first%.1of*} total=${first##*of}
       for i in $(seq "$total"); do
         p=$stem.${i}of$total s=$(stat -c %s "$p")
-        if (( size + s > 60 * 1024 * 1024 )); then g=$((g + 1)); size=0; fi
+        if (( size + s > 48 * 1024 * 1024 )); then g=$((g + 1)); size=0; fi
         mkdir -p ".gpuhost-cc/g$(printf %02d $g)" && cp "$p" ".gpuhost-cc/g$(printf %02d $g)/"
         size=$((size + s))
       done
