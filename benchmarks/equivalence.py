@@ -228,9 +228,18 @@ BOUNDS = ("tp2", "tp4")
 SPECS = {"ngram": dict(method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
                        prompt_lookup_min=2),
          "draft": dict(method="draft_model", num_speculative_tokens=3),
+         "draft32": dict(method="draft_model", num_speculative_tokens=3),
          "eagle3": dict(method="eagle3", num_speculative_tokens=3),
          "mtp": dict(method="mtp", num_speculative_tokens=1)}
 DRAFTED = ("eagle3", "mtp")
+# The draft model again with the engine in float32: the target as its own
+# drafter accepts a draft wherever both compute the same argmax, and in
+# bfloat16 a random checkpoint's near-ties flip with any difference of
+# rounding (TP=2xSP=2 Shift on 4xH100: 0.906 against TP=4's 0.990 -- its
+# target's prompt KV comes from the SP model, its drafter's from full TP).
+# In float32 those differences are ~1e-6: a drafter that computed anything
+# else would still be rejected.
+FLOAT32 = ("draft32",)
 # The rows whose target is DIR-repeat (or DIR-mtp, built on it): a random
 # model's greedy run never repeats, so neither a drafter nor n-gram lookup
 # (0 drafts on 4xH100 on DIR itself) would find anything to propose.
@@ -681,7 +690,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if shift:
         kwargs.update(shift_parallel=True, shift_parallel_threshold=sc["shift_at"],
                       disable_log_stats=False)       # the steps per mode (_shift_steps)
-        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"    # collective_rpc(_shift_calls)
+    if shift or tp * sp > 1:     # collective_rpc(_shift_calls, _fusion_groups)
+        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     if fam.get("eager"):
         kwargs["enforce_eager"] = True
     if spec or (fam.get("gdn") and not cpu):
@@ -707,7 +717,9 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if spec:
         kwargs["speculative_config"] = dict(SPECS[spec])
         kwargs["disable_log_stats"] = False      # the draft and accept counters
-        if spec == "draft":
+        if spec in FLOAT32:
+            kwargs["dtype"] = "float32"
+        if spec in ("draft", *FLOAT32):
             kwargs["speculative_config"]["model"] = str(ckpt)
         elif spec == "eagle3":
             kwargs["speculative_config"]["model"] = str(drafter_dir(ckpt, spec))
@@ -755,6 +767,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
                    for a, b in zip(llm.collective_rpc(_shift_calls), calls_before)] if shift else []
     shift_steps = {m: n - steps_before.get(m, 0)
                    for m, n in _shift_steps(llm).items()} if shift else {}
+    fusion_groups = llm.collective_rpc(_fusion_groups) if tp * sp > 1 and not cpu else []
 
     def lp(entry, tok):
         return None if entry is None else float(entry[tok].logprob)
@@ -788,6 +801,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         "compile_mode": str(cfg.compilation_config.mode),
         "fuse_allreduce_rms": bool(getattr(pass_cfg, "fuse_allreduce_rms", False)),
         "attention_backend": _attention_backend(llm),
+        **({"fusion_groups": fusion_groups} if fusion_groups else {}),
         "rows": rows}))
     print(f"{family} {layout}: start {start_s:.0f} s, run {run_s:.1f} s -> {out}", flush=True)
 
@@ -800,6 +814,20 @@ def _shift_calls(worker) -> dict[str, int]:
     from vllm.distributed import shift
 
     return shift.step_counts()
+
+
+def _fusion_groups(worker) -> list:
+    """On each rank: the groups (their global ranks) it holds a FlashInfer
+    all-reduce + RMSNorm workspace for.  vLLM logs a workspace once a host
+    (rank 0's line), so the log cannot say that every rank built both of
+    Shift's; the patch flashinfer-allreduce-workspace-per-group keys its
+    table by the group's ranks.  Upstream keeps one workspace: "one"."""
+    from vllm.distributed.device_communicators import flashinfer_all_reduce as fi
+
+    table = getattr(fi, "_fi_ar_workspace", None)
+    if isinstance(table, dict):
+        return sorted(list(k) for k in table)
+    return ["one"] if table is not None else []
 
 
 def _shift_steps(llm) -> dict[str, float]:
@@ -988,8 +1016,14 @@ def _fused(r: dict) -> str:
     2026-11-26's second lease)."""
     if "fusion_workspace" not in r:
         return str(r["fuse_allreduce_rms"])
-    groups = "".join(f", {n} ranks × group of {size}"
-                     for size, n in r.get("fusion_workspaces", {}).items())
+    per_rank = r.get("fusion_groups")
+    if per_rank:     # every rank's own table (since 2026-11-28)
+        kinds = Counter(", ".join(f"group of {len(g)}" if isinstance(g, list) else str(g)
+                                  for g in groups) or "none" for groups in per_rank)
+        groups = "".join(f", {n} ranks: {k}" for k, n in kinds.items())
+    else:            # rank 0's log lines
+        sizes = list(r.get("fusion_workspaces", {}))
+        groups = f", rank 0 logged groups of {' and '.join(sizes)}" if sizes else ""
     return (f"{r['fuse_allreduce_rms']}, {'built' if r['fusion_workspace'] else 'not built'}"
             + groups)
 

@@ -49,11 +49,12 @@ beside() {
   python3 benchmarks/run.py layout "${serve[@]}" $L --tag "$tag" --workloads "$w"
 }
 
-# fused_equivalence LAYOUTS DRAFT_LAYOUTS: the fused-Shift plans' correctness rows
-# (equivalence.py, ours, seeded checkpoints, into $res/equiv-fused): Llama then its draft-model
-# rows (they read its checkpoint), beside Qwen3-MoE; then the report.
+# fused_equivalence LAYOUTS DRAFT_LAYOUTS [FLOAT32_DRAFT_LAYOUTS]: the fused-Shift plans'
+# correctness rows (equivalence.py, ours, seeded checkpoints, into $res/equiv-fused): Llama then
+# its draft-model rows (they read its checkpoint), then those in float32 (`+draft32`: whether a
+# bfloat16 gap in acceptance is rounding), beside Qwen3-MoE; then the report.
 fused_equivalence() {
-  local layouts=$1 drafts=$2
+  local layouts=$1 drafts=$2 drafts32=${3:-}
   export EQ_GPU_UTIL=0.06
   eq() {   # STEP FAMILY LAYOUT...
     local name=$1 fam=$2; shift 2
@@ -61,7 +62,8 @@ fused_equivalence() {
       "$CKPT_DIR/$fam" "$res/equiv-fused" "$@" --timeout 900
   }
   # shellcheck disable=SC2086   # the layouts are words
-  (eq eq_llama llama $layouts; eq eq_draft llama $drafts) &
+  (eq eq_llama llama $layouts; eq eq_draft llama $drafts
+   [[ -z $drafts32 ]] || eq eq_draft32 llama $drafts32) &
   # shellcheck disable=SC2086
   eq eq_qwen3_moe qwen3_moe $layouts &
   wait

@@ -6,7 +6,8 @@
 # Correct first (equivalence.py, seeded checkpoints, threshold 256 so both models run):
 # Llama and Qwen3-MoE at TP=1, TP=4 and TP=2xSP=2 Shift, each Shift engine logging its
 # workspaces per group (the report's "fused AR+norm": target 4 ranks x a group of 2 and 4
-# ranks x a group of 4), and the draft model at tp1+draft, tp4+draft, tp2sp2_shift+draft.
+# ranks x a group of 4), and the draft model at tp1+draft, tp4+draft, tp2sp2_shift+draft,
+# then in float32 (+draft32: lease 9's bf16 Shift row accepted 0.906 against TP=4's 0.990).
 # Then served, the 70B shape in FP8 at the defaults: Shift (fused), TP=4, Shift before
 # (unfused), TP=4 again on lat4k (TPOT at one user: target within the spread of the two TP=4
 # servers), Shift and TP=4 also on sat4k_500; then DP=2xTP=2 beside Shift (sat4k_500).
@@ -22,7 +23,8 @@ WS=sat4k_500
 [[ $S == tiny ]] && W=lat8k WS=sat
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-[[ $S != tiny ]] && fused_equivalence "tp1 tp4 tp2sp2_shift" "tp1+draft tp4+draft tp2sp2_shift+draft"
+[[ $S != tiny ]] && fused_equivalence "tp1 tp4 tp2sp2_shift" "tp1+draft tp4+draft tp2sp2_shift+draft" \
+  "tp1+draft32 tp4+draft32 tp2sp2_shift+draft32"
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
 q=_fp8; [[ $S == tiny ]] && q=
 step shift python3 benchmarks/run.py layout shift_tp2_sp2$q $L --workloads $W,$WS

@@ -19,7 +19,8 @@ W=lat4k,lat8k
 [[ $S == tiny ]] && W=lat8k
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-[[ $S != tiny ]] && fused_equivalence "tp1 tp2 shift" "tp1+draft tp2+draft shift+draft"
+[[ $S != tiny ]] && fused_equivalence "tp1 tp2 shift" "tp1+draft tp2+draft shift+draft" \
+  "tp1+draft32 tp2+draft32 shift+draft32"
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
 for lay in tp2 shift shift_before tp2_again; do
   step "$lay" python3 benchmarks/run.py layout "$lay" $L --workloads $W
