@@ -179,6 +179,18 @@ def stage_caches(version: str) -> list[str]:
     return calls
 
 
+def older_than_sources(wheel: Path, version: str) -> str | None:
+    """The last commit that changed what goes into our wheel of ``version`` (its series, the
+    overlay, the build) when the wheel in dist/ is older than it, else None: staging a wheel
+    built before a patch landed would measure the tree without it (dist/ outlives commits)."""
+    out = subprocess.run(["git", "log", "-1", "--format=%ct %h", "--", f"patches/v{version}",
+                          "overlay", "build.sh", "scripts/build.py"], cwd=ROOT,
+                         capture_output=True, text=True).stdout.split()
+    if len(out) != 2 or wheel.stat().st_mtime >= int(out[0]):
+        return None
+    return f"commit {out[1]}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", type=Path,
@@ -196,6 +208,9 @@ def main() -> None:
     for whl, how in ((official, f"{build} downloads it"), (ours, build)):
         if not whl.exists():
             sys.exit(f"stage.py: {whl} is missing: {how}")
+    stale = older_than_sources(ours, version)
+    if stale:
+        sys.exit(f"stage.py: {ours.name} was built before {stale}: {build}")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     parts, total = bundle(official, version, out)
