@@ -587,6 +587,10 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
         r.pop("generated_texts", None)
     r["server"] = server_means(before, server_times(base))
     result.write_text(json.dumps(r))
+    hits = r["server"].get("prefix_cache_hits_tokens")
+    if hits:
+        print(f"{layout}/{workload}: the prefix cache held {hits:.0f} of its prompt tokens: "
+              "its TTFT is not all prefill", flush=True)
     want = int(args[args.index("--num-prompts") + 1])
     if r.get("completed") != want or r.get("failed", 0):
         result.rename(result.with_suffix(".failed.json"))    # not done: rerun next time
