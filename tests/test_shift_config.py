@@ -108,53 +108,81 @@ def test_cli_rejects_shift_without_sp(llama):
     assert "it needs --sequence-parallel-size > 1" in out, out[-3000:]
 
 
-def test_full_tp_model_fuses_like_plain_tp(llama):
+# FlashInfer's fused all-reduce + RMSNorm applies up to a size of activations
+# that shrinks with the group: Hopper's table is {2: 64, 4: 2} MiB.  Scaled
+# to the test Llama (hidden 128, bf16: 256 bytes a token) so that TP=2's
+# limit (4096 tokens) is above the 2048-token batch and TP=4's (256) below.
+FUSION_MIB = {2: 1.0, 4: 0.0625}
+
+
+@pytest.fixture
+def hopper_fusion(monkeypatch):
+    """The compile ranges vLLM sets on Hopper with FlashInfer: the CPU
+    platform has no fusion sizes and cannot build the pass, so the table
+    is given and the pass asked for (engine_config sets it before the
+    config computes its ranges)."""
+    from vllm.config.compilation import PassConfig
+
+    monkeypatch.setattr(PassConfig, "default_fi_allreduce_fusion_max_size_mb",
+                        staticmethod(lambda: FUSION_MIB))
+    return dict(compilation_config={"pass_config": {"fuse_allreduce_rms": True}})
+
+
+def test_full_tp_model_fuses_like_plain_tp(llama, hopper_fusion):
     """FlashInfer's fused all-reduce + RMSNorm keeps a workspace per group
     of ranks (patch flashinfer-allreduce-workspace-per-group): the full-TP
     model, which reduces over TP*SP ranks, asks for the fused pass as a
-    plain TP=4 model does, and gets the full-TP group's workspace."""
+    plain TP=4 model does, gets the full-TP group's workspace, and compiles
+    the ranges plain TP=4 compiles, one of which ends where the fusion
+    stops (without it the pass applies to no range: lease 9's full-TP
+    graphs had no fused op)."""
     from vllm.distributed import ulysses
 
     cfg = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2,
-                        shift_parallel=True)
-    # As vLLM sets it on Hopper with FlashInfer (the CPU platform cannot
-    # build the pass, so it is set after the config is made).
-    cfg.compilation_config.pass_config.fuse_allreduce_rms = True
+                        shift_parallel=True, **hopper_fusion)
+    plain = engine_config(llama, tensor_parallel_size=4, **hopper_fusion)
     full = ulysses.full_tp_config(cfg)
     assert full.parallel_config.tensor_parallel_size == 4
     assert full.compilation_config.pass_config.fuse_allreduce_rms
+    assert plain.compilation_config.compile_ranges_endpoints == [256, 2048]
+    assert full.compilation_config.compile_ranges_endpoints == [256, 2048]
+    assert cfg.compilation_config.compile_ranges_endpoints == [2048]   # the SP model's
     assert full.compilation_config is not cfg.compilation_config    # its own layer table
     assert (full.parallel_config.compute_hash()
             != cfg.parallel_config.compute_hash())                 # its own compile cache
 
 
-def test_drafter_under_shift_builds_with_its_own_config(llama, monkeypatch):
+def test_drafter_under_shift_builds_with_its_own_config(llama, monkeypatch, hopper_fusion):
     """Under Shift a drafter runs in the full-TP layout (its all-reduces
-    span TP*SP ranks, through the full-TP group's FlashInfer workspace): it
-    is built from its own config, fused all-reduce and all, and its layers
-    join the runner's table."""
+    span TP*SP ranks, through the full-TP group's FlashInfer workspace): the
+    config it is built from asks for the fused all-reduce and compiles the
+    range it applies to at TP*SP; its layers join the runner's table, and
+    the runner's own ranges stay the SP model's."""
     from contextlib import nullcontext
 
     from vllm.distributed import shift, ulysses
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     cfg = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2,
-                        shift_parallel=True)
-    cfg.compilation_config.pass_config.fuse_allreduce_rms = True     # as on Hopper
+                        shift_parallel=True, **hopper_fusion)
     seen = []
 
     class Proposer(SpecDecodeBaseProposer):
         def __init__(self):             # only what place_drafter and load_model touch
             self.vllm_config = cfg
-            self._draft_attn_layer_names = []
 
-        def load_model(self, target):
-            cc = self.vllm_config.compilation_config
+        def _create_draft_vllm_config(self):    # upstream's: a replace() of the runner's
+            return self.vllm_config
+
+        def load_model(self, target):   # as upstream's _get_model: the config it builds with
+            cc = self._create_draft_vllm_config().compilation_config
             table = cfg.compilation_config.static_forward_context
-            seen.append((cc.pass_config.fuse_allreduce_rms, cc.static_forward_context is table))
+            seen.append((cc.pass_config.fuse_allreduce_rms, cc.compile_ranges_endpoints,
+                         cc.static_forward_context is table))
+            self._draft_attn_layer_names = []
 
     monkeypatch.setattr(ulysses, "as_full_tp", nullcontext)     # no process groups here
     drafter = shift.place_drafter(Proposer(), cfg)
     drafter.load_model(object())
-    assert seen == [(True, True)]
-    assert drafter.vllm_config is cfg and cfg.compilation_config.pass_config.fuse_allreduce_rms
+    assert seen == [(True, [256, 2048], True)]
+    assert drafter.vllm_config is cfg and cfg.compilation_config.compile_ranges_endpoints == [2048]

@@ -51,6 +51,7 @@ How:
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -375,7 +376,22 @@ def place_drafter(drafter: Any, config: VllmConfig) -> Any:
     drafter.load_model = load_in_full_tp
     for name in ("propose", "dummy_run"):
         setattr(drafter, name, _in_full_tp(getattr(drafter, name)))
+    drafter._create_draft_vllm_config = _with_fused_range(drafter._create_draft_vllm_config)
     return drafter
+
+
+def _with_fused_range(create: Callable) -> Callable:
+    """The drafter's config as upstream makes it, with the compile range a
+    plain TP*SP drafter fuses its all-reduces in (ulysses.add_fused_allreduce_range):
+    a copy, so the runner's own ranges stay the SP model's.  Its layer table
+    is still the runner's (one dict, shared by the shallow copy)."""
+    def call():
+        cfg = copy.copy(create())
+        cfg.compilation_config = copy.copy(cfg.compilation_config)
+        ulysses.add_fused_allreduce_range(cfg)
+        return cfg
+
+    return call
 
 
 def _in_full_tp(fn: Callable) -> Callable:

@@ -177,7 +177,9 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     FlashInfer's fused all-reduce + RMSNorm (on by default at TP > 1 on
     Hopper): built and run inside ``as_full_tp``, its pass and its run-time
     op ask for the full-TP group's workspace, a workspace of its own
-    (patch ``flashinfer-allreduce-workspace-per-group``).  ``shift_parallel``
+    (patch ``flashinfer-allreduce-workspace-per-group``), and its compile
+    ranges split where the fusion stops, as plain TP=TP*SP's do
+    (``add_fused_allreduce_range``).  ``shift_parallel``
     stays as it is: the compile caches key on the config's hash, and the
     full-TP model's graphs name the full-TP group, so they must never be
     mistaken for a genuine TP=TP*SP run's (which name ``tp``)."""
@@ -193,7 +195,34 @@ def full_tp_config(vllm_config: VllmConfig) -> VllmConfig:
     cfg = copy.copy(vllm_config)
     cfg.parallel_config = full
     cfg.compilation_config = cc
+    add_fused_allreduce_range(cfg)
     return cfg
+
+
+def add_fused_allreduce_range(cfg: VllmConfig) -> None:
+    """Add to ``cfg``'s compile ranges the endpoint plain TP over all TP*SP
+    ranks gets, in place: ``cfg`` must own its compilation config (a copy).
+
+    Upstream compiles a model once per range of token counts and splits the
+    ranges where FlashInfer's fused all-reduce + RMSNorm stops applying, a
+    size that shrinks with the group (Hopper: 64 MiB of activations at 2
+    GPUs, 2 MiB at 4, i.e. 4096 and 128 tokens of a 70B).  The engine's
+    config set its ranges for the SP model's TP; with those alone the
+    full-TP model's pass (or a drafter's under Shift) finds no range small
+    enough to apply to and compiles unfused (70B FP8 on 4xH100, 2026-11-28:
+    no fused op in the full-TP model's graphs, though its workspace was
+    built)."""
+    cc, mc = cfg.compilation_config, cfg.model_config
+    pc = cfg.parallel_config
+    top = cfg.scheduler_config.max_num_batched_tokens
+    if not cc.pass_config.fuse_allreduce_rms or mc is None or cc.compile_ranges_endpoints is None:
+        return
+    size = cc.pass_config.flashinfer_max_size(pc.tensor_parallel_size * pc.sequence_parallel_size)
+    if size is None:
+        return
+    end = size // (mc.get_hidden_size() * mc.dtype.itemsize)
+    if 1 < end < top:
+        cc.compile_ranges_endpoints = sorted({*cc.compile_ranges_endpoints, end})
 
 
 def graph_capture_groups() -> list[GroupCoordinator]:
