@@ -152,6 +152,28 @@ def test_full_tp_model_fuses_like_plain_tp(llama, hopper_fusion):
             != cfg.parallel_config.compute_hash())                 # its own compile cache
 
 
+def test_shift_fuses_allreduce_by_default_without_tp(llama, monkeypatch):
+    """vLLM turns the fused all-reduce + RMSNorm on by default at TP > 1 on
+    Hopper.  Under Shift the full-TP model reduces over TP*SP ranks, so at
+    SP=2 without TP (2 GPUs) the default is on too (patch
+    config-shift-fuses-allreduce-by-default) and the full-TP model's copy
+    of the config keeps it; plain SP=2 and TP=1 have nothing to fuse."""
+    from vllm.config.vllm import enable_allreduce_rms_fusion
+    from vllm.platforms import current_platform
+    from vllm.utils import flashinfer
+
+    shift = engine_config(llama, sequence_parallel_size=2, shift_parallel=True)
+    sp = engine_config(llama, sequence_parallel_size=2)
+    tp1 = engine_config(llama)
+    # Hopper with FlashInfer, for the default's own test only (the CPU
+    # platform would make every config above differently).
+    monkeypatch.setattr(flashinfer, "has_flashinfer", lambda: True)
+    monkeypatch.setattr(current_platform, "is_cuda", lambda: True)
+    monkeypatch.setattr(current_platform, "is_device_capability", lambda c: c == 90)
+    monkeypatch.setattr(current_platform, "is_device_capability_family", lambda c: False)
+    assert [enable_allreduce_rms_fusion(c) for c in (shift, sp, tp1)] == [True, False, False]
+
+
 def test_drafter_under_shift_builds_with_its_own_config(llama, monkeypatch, hopper_fusion):
     """Under Shift a drafter runs in the full-TP layout (its all-reduces
     span TP*SP ranks, through the full-TP group's FlashInfer workspace): the
