@@ -8,6 +8,8 @@
 # workspaces per group (the report's "fused AR+norm": target 4 ranks x a group of 2 and 4
 # ranks x a group of 4), and the draft model at tp1+draft, tp4+draft, tp2sp2_shift+draft,
 # then in float32 (+draft32: lease 9's bf16 Shift row accepted 0.906 against TP=4's 0.990).
+# Lease 9's Shift ran its full-TP model unfused (no compile range below the fusion's limit,
+# fixed in c1cb644): run this plan fresh, not resumed from that lease's folder.
 # Then served, the 70B shape in FP8 at the defaults: Shift (fused), TP=4, Shift before
 # (unfused), TP=4 again on lat4k (TPOT at one user: target within the spread of the two TP=4
 # servers), Shift and TP=4 also on sat4k_500; then DP=2xTP=2 beside Shift (sat4k_500).
