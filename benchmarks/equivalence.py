@@ -73,6 +73,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from fused_graphs import fused_graphs, summary
+
 # Never NVLink multicast on these hosts (hostpaths.sh says why): FlashInfer's
 # fused all-reduce takes the workspace vLLM falls back to without multicast.
 os.environ.setdefault("VLLM_FLASHINFER_ALLREDUCE_BACKEND", "trtllm")
@@ -958,6 +960,7 @@ def _note_fusion(out: Path, log: Path) -> None:
         text = _text(log)
         r["fusion_workspace"] = FUSION_MADE in text
         r["fusion_workspaces"] = dict(sorted(Counter(FUSION_GROUP.findall(text)).items()))
+        r["fused_graphs"] = fused_graphs(text)
         out.write_text(json.dumps(r))
 
 
@@ -1024,8 +1027,20 @@ def _fused(r: dict) -> str:
     else:            # rank 0's log lines
         sizes = list(r.get("fusion_workspaces", {}))
         groups = f", rank 0 logged groups of {' and '.join(sizes)}" if sizes else ""
+    graphs = f"; graphs: {summary(r['fused_graphs'])}" if r.get("fused_graphs") else ""
     return (f"{r['fuse_allreduce_rms']}, {'built' if r['fusion_workspace'] else 'not built'}"
-            + groups)
+            + groups + graphs)
+
+
+def _full_tp_fuses(r: dict) -> bool:
+    """With the fused all-reduce + RMSNorm asked for, Shift's full-TP model
+    must have compiled at least one range with it (``fused_graphs``: its
+    workspace alone proved nothing on lease 9).  Rows without the record,
+    other layouts, or a fusion not asked for: nothing to judge."""
+    graphs = (r.get("fused_graphs") or {}).get("shift_full_tp")
+    if not r.get("shift") or not r.get("fuse_allreduce_rms") or not isinstance(graphs, dict):
+        return True
+    return any(graphs.values())
 
 
 def _both_models_ran(r: dict, name: str) -> bool:
@@ -1097,13 +1112,14 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
                    "drafter)")
     else:
         mine, theirs, where, enough = _rate([r["spec"]]), _rate([ref["spec"]]), "", True
-    both = _both_models_ran(r, name)
-    ok = not nan and enough and both and not mixed and abs(mine - theirs) <= bound
+    both, fuses = _both_models_ran(r, name), _full_tp_fuses(r)
+    ok = not nan and enough and both and fuses and not mixed and abs(mine - theirs) <= bound
     lines.append(f"| {family} | {name} | acceptance {mine:.3f} vs TP=1's {theirs:.3f}{where}; "
                  f"{total} | ≤ {100 * bound:.1f} points | | | | | {_fused(r)} | {r['start_s']} "
                  f"| {'pass' if ok else '**FAIL**'}{why}"
                  f"{' (rows of several cards)' if mixed else ''}"
-                 f"{'' if both else ' (the SP model or the full-TP one never ran)'} |")
+                 f"{'' if both else ' (the SP model or the full-TP one never ran)'}"
+                 f"{'' if fuses else ' (fusion asked for, no full-TP graph fused)'} |")
     return ok
 
 
@@ -1170,7 +1186,8 @@ def report(outdir: Path, md: Path | None) -> int:
             first_ok = (name in BOUNDS or LAYOUTS[name][2] or d["first_cached"] is None
                         or first_bound is None or d["first_cached"] <= max(first_bound, 2 ** -4))
             both = _both_models_ran(r, name)
-            ok = ok and first_ok and both and not mixed
+            fuses = _full_tp_fuses(r)
+            ok = ok and first_ok and both and fuses and not mixed
             bad += not ok
             lines.append(
                 f"| {family} | {name} | {d['mean']:.4f} | "
@@ -1181,6 +1198,7 @@ def report(outdir: Path, md: Path | None) -> int:
                 f"{'pass' if ok else '**FAIL**'}{' (NaN)' if d['nan'] else ''}"
                 f"{'' if first_ok else ' (2nd round 1st token)'}"
                 f"{'' if both else ' (the SP model or the full-TP one never ran)'}"
+                f"{'' if fuses else ' (fusion asked for, no full-TP graph fused)'}"
                 f"{' (rows of several cards)' if mixed else ''}"
                 f"{' (no TP=2/TP=4 row to bound it)' if not bound_src else ''} |")
     # Which card ran each family's rows (recorded since 4xH100, 2026-11-26):
