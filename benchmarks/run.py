@@ -1024,9 +1024,12 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     runs.append({"seconds": started, "log": log.name, "workloads": todo, "lease": info["id"],
                  "card": info["card"], "vllm": installed, "serve_args": extra,
                  "env": env_shown(layout, shape)})
+    from fused_graphs import fused_graphs, summary
+    runs[-1]["fused_graphs"] = fused_graphs(log.read_text(errors="replace"))
     (out_dir / "startup.json").write_text(json.dumps({"seconds": started, "runs": runs}))
     print(f"{layout}: server up in {started:.0f} s ({installed}; lease {info['id']}, "
-          f"{info['card']})", flush=True)
+          f"{info['card']}); fused all-reduce: {summary(runs[-1]['fused_graphs']) or 'no graphs'}",
+          flush=True)
     failed = []
     try:
         # The peer's rows must run its patches, the others must not (tiny: no plugin at all).
@@ -1141,6 +1144,15 @@ def leases_section(shape: str) -> list[str]:
                 "between leases, and the card may differ):", ["lease", "card", "served"])
     for lid, served in rows.items():
         out.append(f"| {lid} | {cards[lid]} | {'; '.join(served)} |")
+    from fused_graphs import summary
+    fused = [(f.parent.name, run["fused_graphs"]) for f in sorted(set_dir(shape).glob(
+        "*/startup.json")) for run in json.loads(f.read_text()).get("runs", [])
+        if run.get("fused_graphs")]
+    if fused:
+        out += table("Compiled graphs with FlashInfer's fused all-reduce + RMSNorm, per model "
+                     "and compile range (from each server's torch.compile cache, rank 0):",
+                     ["layout", "fused ranges"])
+        out += [f"| {n} | {summary(g)} |" for n, g in fused]
     return out
 
 
