@@ -215,7 +215,8 @@ def add_fused_allreduce_range(cfg: VllmConfig) -> None:
     cc, mc = cfg.compilation_config, cfg.model_config
     pc = cfg.parallel_config
     top = cfg.scheduler_config.max_num_batched_tokens
-    if not cc.pass_config.fuse_allreduce_rms or mc is None or cc.compile_ranges_endpoints is None:
+    if (not cc.pass_config.fuse_allreduce_rms or mc is None or top is None
+            or not cc.compile_ranges_endpoints):
         return
     size = cc.pass_config.flashinfer_max_size(pc.tensor_parallel_size * pc.sequence_parallel_size)
     if size is None:
