@@ -13,6 +13,7 @@
 # Then served, the 70B shape in FP8 at the defaults: Shift (fused), TP=4, Shift before
 # (unfused), TP=4 again on lat4k (TPOT at one user: target within the spread of the two TP=4
 # servers), Shift and TP=4 also on sat4k_500; then DP=2xTP=2 beside Shift (sat4k_500).
+# Last, one user's decode steps traced (prof2_lat4k) for Shift and TP=4, each a server of its own.
 # Minutes (4xH100, leases 5-8): staging 2 + installs 3, equivalence ~8, Shift's start ~6.5
 # (~4 with vLLM's compile cache carried), TP=4's ~4.5, lat4k ~1, sat4k_500 ~3: the first
 # lease ends about TP=4's sat4k_500, which with Shift's is also issue 47's saturation ratio
@@ -37,4 +38,8 @@ step shift_tp4 beside fusedb shift_tp2_sp2$q $W,$WS tp4$q
 [[ $S != tiny ]] && step tp4_again python3 benchmarks/run.py layout tp4_fp8_again $L --workloads $W
 step dp python3 benchmarks/run.py layout dp2_tp2$q $L --workloads $WS
 step shift_dp beside fusedc shift_tp2_sp2$q $WS dp2_tp2$q
+# Where one user's decode step goes (40 steps traced 2 s into lat4k's load: decodes), Shift's
+# fused full-TP model against TP=4: the profile the issue asks for if TPOT still trails.
+step shift_prof python3 benchmarks/run.py layout shift_tp2_sp2$q $L --workloads prof2_$W
+step tp4_prof python3 benchmarks/run.py layout tp4$q $L --workloads prof2_$W
 step report reports
