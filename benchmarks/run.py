@@ -38,6 +38,8 @@ import urllib.request
 import zlib
 from pathlib import Path
 
+from fused_graphs import fused_graphs, summary
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(os.environ.get("BENCH_DIR", "/root/bench"))
 RES = BENCH / "res"
@@ -488,17 +490,19 @@ def server_times(base: str) -> dict[str, list[float] | float] | None:
         return None
     out: dict = {}
     for key, name in SERVER_COUNTS.items():
-        found = re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        found = metric(text, name)
         if found:
-            out[key] = sum(float(m) for m in found)
+            out[key] = sum(found)
     for key, name in SERVER_TIMES.items():
-        sums = [float(m) for m in re.findall(rf"^{re.escape(name)}_sum(?:{{[^}}]*}})? (\S+)$",
-                                             text, re.M)]
-        counts = [float(m) for m in re.findall(rf"^{re.escape(name)}_count(?:{{[^}}]*}})? (\S+)$",
-                                               text, re.M)]
+        sums, counts = metric(text, name + "_sum"), metric(text, name + "_count")
         if sums and counts:
             out[key] = [sum(sums), sum(counts)]
     return out
+
+
+def metric(text: str, name: str) -> list[float]:
+    """A /metrics sample's values, one per label set."""
+    return [float(m) for m in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
 
 
 def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
@@ -638,9 +642,7 @@ def with_profiler(todo: list[str], extra: list[str], shape: str,
 
 def running(base: str) -> float:
     """Requests the server runs now (all engines), 0 when /metrics cannot be read."""
-    text = scrape(base) or ""
-    return sum(float(v) for v in re.findall(r"^vllm:num_requests_running(?:{[^}]*})? (\S+)$",
-                                            text, re.M))
+    return sum(metric(scrape(base) or "", "vllm:num_requests_running"))
 
 
 def settled(paths: list[Path], quiet: float = 5.0, limit: float = 300.0) -> None:
@@ -1024,7 +1026,6 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
     runs.append({"seconds": started, "log": log.name, "workloads": todo, "lease": info["id"],
                  "card": info["card"], "vllm": installed, "serve_args": extra,
                  "env": env_shown(layout, shape)})
-    from fused_graphs import fused_graphs, summary
     runs[-1]["fused_graphs"] = fused_graphs(log.read_text(errors="replace"))
     (out_dir / "startup.json").write_text(json.dumps({"seconds": started, "runs": runs}))
     print(f"{layout}: server up in {started:.0f} s ({installed}; lease {info['id']}, "
@@ -1144,7 +1145,6 @@ def leases_section(shape: str) -> list[str]:
                 "between leases, and the card may differ):", ["lease", "card", "served"])
     for lid, served in rows.items():
         out.append(f"| {lid} | {cards[lid]} | {'; '.join(served)} |")
-    from fused_graphs import summary
     fused = [(f.parent.name, run["fused_graphs"]) for f in sorted(set_dir(shape).glob(
         "*/startup.json")) for run in json.loads(f.read_text()).get("runs", [])
         if run.get("fused_graphs")]
