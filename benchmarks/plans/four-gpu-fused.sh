@@ -32,10 +32,13 @@ step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape
 q=_fp8; [[ $S == tiny ]] && q=
 step shift python3 benchmarks/run.py layout shift_tp2_sp2$q $L --workloads $W,$WS
 step tp4 python3 benchmarks/run.py layout tp4$q $L --workloads $W,$WS
+# TP=4's second server before Shift is served beside them: a lease resumed after `shift`
+# (lease 10 ended there) then holds the TPOT target's three servers within its 30 minutes.
+[[ $S != tiny ]] && step tp4_again python3 benchmarks/run.py layout tp4_fp8_again $L --workloads $W
 step shift_tp4 beside fusedb shift_tp2_sp2$q $W,$WS tp4$q
+[[ $S != tiny ]] && step shift_tp4_again beside fusedb shift_tp2_sp2$q $W tp4_fp8_again
 [[ $S != tiny ]] && step shift_before python3 benchmarks/run.py layout shift_tp2_sp2_fp8_before \
   $L --workloads $W
-[[ $S != tiny ]] && step tp4_again python3 benchmarks/run.py layout tp4_fp8_again $L --workloads $W
 step dp python3 benchmarks/run.py layout dp2_tp2$q $L --workloads $WS
 step shift_dp beside fusedc shift_tp2_sp2$q $WS dp2_tp2$q
 # Where one user's decode step goes (40 steps traced 2 s into lat4k's load: decodes), Shift's
