@@ -73,8 +73,10 @@ for fam in qwen3_next gemma3 glm4_moe; do eq "eq_$fam" "$fam" "${layouts[@]}" & 
 wait
 if (( gpus >= 2 )); then
   eq eq_llama4 llama4 "${layouts[@]}" &
+  # +draft32: the draft model in float32, whose rate names the cause where bf16's misses
   eq eq_llama_spec llama tp1+ngram "$shift_layout+ngram" tp1+draft "$shift_layout+draft" \
-    tp1+eagle3 "$shift_layout+eagle3" "$plain+ngram" "$plain+draft" "$plain+eagle3" &
+    tp1+eagle3 "$shift_layout+eagle3" "$plain+ngram" "$plain+draft" "$plain+eagle3" \
+    tp1+draft32 "$shift_layout+draft32" &
   for fam in qwen3_next glm4_moe; do
     eq "eq_${fam}_mtp" "$fam" tp1+mtp "$shift_layout+mtp" "$plain+mtp" &
   done
