@@ -1117,8 +1117,9 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
     else:
         mine, theirs, where, enough = _rate([r["spec"]]), _rate([ref["spec"]]), "", True
     both, fuses = _both_models_ran(r, name), _full_tp_fuses(r)
-    ok = not nan and enough and both and fuses and not mixed and abs(mine - theirs) <= bound
-    if not ok and twin and not nan and enough and both and fuses and not mixed:
+    judged = not nan and enough and both and fuses and not mixed    # only the gap is left
+    ok = judged and abs(mine - theirs) <= bound
+    if not ok and judged and twin:
         t_mine, t_ref = _rate([twin[0]["spec"]]), _rate([twin[1]["spec"]])
         if abs(t_mine - t_ref) <= 0.05:
             why += (f" (bfloat16 rounding: in float32 this layout accepts {t_mine:.3f} "

@@ -10,9 +10,9 @@
 # then in float32 (+draft32: lease 9's bf16 Shift row accepted 0.906 against TP=4's 0.990).
 # Lease 9's Shift ran its full-TP model unfused (no compile range below the fusion's limit,
 # fixed in c1cb644): run this plan fresh, not resumed from that lease's folder.
-# Then served, the 70B shape in FP8 at the defaults: Shift (fused), TP=4, Shift before
-# (unfused), TP=4 again on lat4k (TPOT at one user: target within the spread of the two TP=4
-# servers), Shift and TP=4 also on sat4k_500; then DP=2xTP=2 beside Shift (sat4k_500).
+# Then served, the 70B shape in FP8 at the defaults: Shift (fused), TP=4, TP=4 again on lat4k
+# (TPOT at one user: target within the spread of the two TP=4 servers), Shift and TP=4 also on
+# sat4k_500, Shift before (unfused); then DP=2xTP=2 beside Shift (sat4k_500).
 # Last, one user's decode steps traced (prof2_lat4k) for Shift and TP=4, each a server of its own.
 # Minutes (4xH100, leases 5-8): staging 2 + installs 3, equivalence ~8, Shift's start ~6.5
 # (~4 with vLLM's compile cache carried), TP=4's ~4.5, lat4k ~1, sat4k_500 ~3: the first
