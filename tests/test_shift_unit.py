@@ -144,8 +144,12 @@ def merged_layers_shared_on_each_rank(rank, world, tp, sp, cfg):
         t, s = ps.get_tensor_model_parallel_rank(), ulysses.sp_rank()
         full_rank = t * sp + s
         # 1. The arranged SP model as the CPU runs it (processed: packed for oneDNN).
+        # Arranged under another default device, as vLLM 0.32+ builds the model under
+        # ``with torch.device(target)`` and processes its weights after leaving it (on
+        # GPUs: indices made on cuda met the host's; here meta meets the CPU's).
         real = build()
-        assert shift_weights.arrange(real) == 2
+        with torch.device("meta"):
+            assert shift_weights.arrange(real) == 2
         load(real)
         for layer in (real.attn.qkv_proj, real.mlp.gate_up_proj):
             layer.quant_method.process_weights_after_loading(layer)

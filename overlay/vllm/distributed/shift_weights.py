@@ -102,7 +102,9 @@ def _arrange_on_processing(layer: torch.nn.Module, parent: torch.nn.Module, attr
                            sp: int) -> None:
     method = layer.quant_method
     process = method.process_weights_after_loading
-    order = torch.tensor(block_order(list(layer.output_partition_sizes), sp))
+    # On the host, whatever the default device: vLLM 0.32+ builds the model (and calls
+    # this) under ``with torch.device(target)`` but processes its weights after leaving it.
+    order = torch.tensor(block_order(list(layer.output_partition_sizes), sp), device="cpu")
 
     def process_arranged(target: torch.nn.Module) -> None:
         # Loaders call this once a layer's weights are in (the default loader after all of
@@ -134,7 +136,7 @@ def _read_in_natural_order(layer: torch.nn.Module, parent: torch.nn.Module, attr
         parent.act_fn = BlockedActivation(parent.act_fn, sp)
         return
     natural = torch.empty_like(order)
-    natural[order] = torch.arange(len(order))
+    natural[order] = torch.arange(len(order), device=order.device)
     layer.register_buffer("_shift_natural_order", natural.to(layer.weight.device),
                           persistent=False)
     layer.__class__ = _in_natural_order(type(layer))
