@@ -49,6 +49,10 @@ case "${1:-}" in
       n=$(name_of "$e")
       grep -qxF "$n" "$sent" && continue
       [[ -n $(find "$cache/$e" -newermt "-120 seconds" -print -quit) ]] && continue
+      # Dynamo's entry is whole once a rank saved its function (vLLM 0.33 writes `model`
+      # after the compile and warm-up, minutes after its inductor_cache/ is last touched)
+      [[ $e == torch_aot_compile/* && -z $(find "$cache/$e" -name model -type f -print -quit) ]] &&
+        continue
       tar czf - -C "$cache" "$e" | split -b "$piece" -d -a 2 - "$pending/cc-$ver-$n.tgz.p"
       total=$(ls "$pending/cc-$ver-$n.tgz.p"* | wc -l)
       i=0

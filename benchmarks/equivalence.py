@@ -1040,7 +1040,18 @@ def _full_tp_fuses(r: dict) -> bool:
     graphs = (r.get("fused_graphs") or {}).get("shift_full_tp")
     if not r.get("shift") or not r.get("fuse_allreduce_rms") or not isinstance(graphs, dict):
         return True
-    return any(graphs.values())
+    return not graphs or any(graphs.values())
+
+
+def _unread(r: dict) -> str:
+    """The verdict's note where the fusion was asked for under Shift but the
+    full-TP model's compiled ranges could not be read (a cache folder gone,
+    or none found: vLLM 0.33's one-file AOT artifact before ``fused_graphs``
+    read it): not judged, and said so."""
+    graphs = (r.get("fused_graphs") or {}).get("shift_full_tp", {})
+    if not r.get("shift") or not r.get("fuse_allreduce_rms") or graphs:
+        return "" if not isinstance(graphs, str) else " (full-TP graphs not read: missing)"
+    return " (full-TP graphs not read: no compiled range found)"
 
 
 def _both_models_ran(r: dict, name: str) -> bool:
@@ -1129,7 +1140,8 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
                  f"| {'pass' if ok else '**FAIL**'}{why}"
                  f"{' (rows of several cards)' if mixed else ''}"
                  f"{'' if both else ' (the SP model or the full-TP one never ran)'}"
-                 f"{'' if fuses else ' (fusion asked for, no full-TP graph fused)'} |")
+                 f"{'' if fuses else ' (fusion asked for, no full-TP graph fused)'}"
+                 f"{_unread(r)} |")
     return ok
 
 
@@ -1211,6 +1223,7 @@ def report(outdir: Path, md: Path | None) -> int:
                 f"{'' if first_ok else ' (2nd round 1st token)'}"
                 f"{'' if both else ' (the SP model or the full-TP one never ran)'}"
                 f"{'' if fuses else ' (fusion asked for, no full-TP graph fused)'}"
+                f"{_unread(r)}"
                 f"{' (rows of several cards)' if mixed else ''}"
                 f"{' (no TP=2/TP=4 row to bound it)' if not bound_src else ''} |")
     # Which card ran each family's rows (recorded since 4xH100, 2026-11-26):

@@ -10,15 +10,28 @@ torch.compile``, DIR ending in the model's tag: ``backbone``, ``shift_full_tp``,
 code calls ``flashinfer_trtllm_fused_allreduce_norm``.  So, per model tag and range:
 fused or not.  Run on the host after the engine started; a folder gone by then (another
 host's cache) is reported as missing, not as unfused.
+
+vLLM 0.32+ on torch 2.12+ (its default ``VLLM_USE_MEGA_AOT_ARTIFACT``) keeps no range files
+in that folder: each model's ranges go into one file, logged as ``[<tag>] saved AOT compiled
+function to FILE`` (or ``[<tag>] Directly load AOT compilation from path FILE``).  Torch's
+pickle of it holds vLLM's own pickle (``VllmSerializableFunction``), whose
+``StandaloneCompiledArtifacts`` maps ``<submodule>_(<start>, <end>)`` to the compiled
+code of that piece; both are read here with stand-ins for every class, so neither torch
+nor vLLM is imported or run.
 """
 
 from __future__ import annotations
 
+import io
+import pickle
 import re
 from pathlib import Path
 
 CACHE_LINE = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
+AOT_LINE = re.compile(r"\[(\w+)\] (?:saved AOT compiled function to|Directly load AOT "
+                      r"compilation from path) (\S+)")
 ARTIFACT = re.compile(r"artifact_compile_range_(\d+)_(\d+)_subgraph_\d+")
+AOT_KEY = re.compile(r".+_\((\d+), (\d+)\)")
 FUSED_OP = b"flashinfer_trtllm_fused_allreduce_norm"
 
 
@@ -26,8 +39,13 @@ def fused_graphs(log_text: str) -> dict[str, dict[str, bool] | str]:
     """{model tag: {"<start>-<end>": fused?} or "missing"} for every cache folder the log
     names (the last folder per tag)."""
     folders = {Path(d).name: Path(d) for d in CACHE_LINE.findall(log_text)}
+    aot_files = {tag: Path(f) for tag, f in AOT_LINE.findall(log_text)}
     out: dict[str, dict[str, bool] | str] = {}
+    for tag, path in aot_files.items():
+        out[tag] = _aot_ranges(path) if path.is_file() else "missing"
     for tag, folder in folders.items():
+        if tag in out:
+            continue
         if not folder.is_dir():
             out[tag] = "missing"
             continue
@@ -41,6 +59,116 @@ def fused_graphs(log_text: str) -> dict[str, dict[str, bool] | str]:
     return out
 
 
+def _aot_ranges(path: Path) -> dict[str, bool] | str:
+    """{"<start>-<end>": fused?} from one mega AOT artifact."""
+    try:
+        outer = _load_with_stand_ins(path.read_bytes())
+    except Exception as e:  # noqa: BLE001 - a format this reader does not know
+        return f"unreadable ({type(e).__name__})"
+    for blob in _walk_bytes(outer):
+        try:
+            inner = _load_with_stand_ins(blob)
+        except Exception:  # noqa: BLE001 - other bytes (graphs, code)
+            continue
+        for artifacts in _walk_objects(inner):
+            names = getattr(artifacts, "submodule_bytes", None)
+            store = getattr(artifacts, "submodule_bytes_store", None)
+            if not (isinstance(names, dict) and isinstance(store, dict)):
+                continue
+            ranges: dict[str, bool] = {}
+            for key, digest in names.items():
+                m = AOT_KEY.fullmatch(key)
+                if m:
+                    r = f"{m[1]}-{m[2]}"
+                    ranges[r] = ranges.get(r, False) or FUSED_OP in store.get(digest, b"")
+            return dict(sorted(ranges.items(), key=lambda kv: int(kv[0].split("-")[0])))
+    return "unreadable (no compiled artifacts in it)"
+
+
+class _StandIn:
+    """Whatever class a pickle names: keeps its arguments and state, builds nothing."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        self.__dict__["_args"] = args
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2:      # (dict, slots)
+            state = {**(state[0] or {}), **(state[1] or {})}
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.__dict__["_state"] = state
+
+    def __call__(self, *args, **kwargs):
+        return _StandIn(*args)
+
+    def __setitem__(self, key, value):
+        self.__dict__.setdefault("_items", {})[key] = value
+
+    def append(self, value):
+        self.__dict__.setdefault("_list", []).append(value)
+
+    def extend(self, values):
+        self.__dict__.setdefault("_list", []).extend(values)
+
+
+_PLAIN = {("builtins", n) for n in ("dict", "list", "set", "frozenset", "tuple", "bytes",
+                                     "bytearray", "str", "int", "float", "complex", "bool",
+                                     "slice", "range")}
+_PLAIN |= {("collections", "OrderedDict"), ("collections", "defaultdict")}
+
+
+class _StandInUnpickler(pickle.Unpickler):
+    classes: dict[tuple[str, str], type] = {}
+
+    def find_class(self, module, name):
+        if (module, name) in _PLAIN:
+            return super().find_class(module, name)
+        key = (module, name)
+        if key not in self.classes:
+            self.classes[key] = type(name, (_StandIn,), {"__module__": module})
+        return self.classes[key]
+
+    def persistent_load(self, pid):
+        return _StandIn(pid)
+
+
+def _load_with_stand_ins(data: bytes):
+    if not data[:1] == b"\x80":
+        raise ValueError("not a pickle")
+    return _StandInUnpickler(io.BytesIO(data)).load()
+
+
+def _walk_objects(obj, seen=None):
+    seen = set() if seen is None else seen
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, (str, bytes, bytearray, int, float)):
+            continue
+        seen.add(id(o))
+        yield o
+        if isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif isinstance(o, _StandIn):
+            stack.append(o.__dict__)
+
+
+def _walk_bytes(obj):
+    for o in _walk_objects(obj):
+        values = o.values() if isinstance(o, dict) else o if isinstance(
+            o, (list, tuple)) else ()
+        for v in values:
+            if isinstance(v, (bytes, bytearray)) and v[:1] == b"\x80":
+                yield bytes(v)
+
+
 def _calls_fused_op(path: Path) -> bool:
     files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     return any(FUSED_OP in p.read_bytes() for p in files)
@@ -50,8 +178,8 @@ def summary(graphs: dict) -> str:
     """One cell: each tag's fused ranges ("shift_full_tp fused 1-128 of 1-128, 129-4096")."""
     cells = []
     for tag, ranges in graphs.items():
-        if isinstance(ranges, str):
-            cells.append(f"{tag} {ranges}")
+        if isinstance(ranges, str) or not ranges:
+            cells.append(f"{tag} {ranges or 'no compiled range found'}")
             continue
         fused = [r for r, f in ranges.items() if f]
         cells.append(f"{tag} fused {', '.join(fused) or 'none'} of {', '.join(ranges) or 'none'}")
