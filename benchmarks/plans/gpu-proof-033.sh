@@ -16,7 +16,8 @@
 #   1. equivalence.py, every family of its FAMILIES (12), at TP=1 (reference), TP=2 (the
 #      noise bound: 1.5x its distance from TP=1), SP=2 and Shift (SP=2, its threshold below
 #      the batch budget so that both models run); on 4 GPUs also TP=4, TP=2xSP=2 and its
-#      Shift.  Families three at a time, as gpu-proof.sh runs them (EQ_GPU_UTIL: each rank's
+#      Shift.  Families three at a time (the last group five; the speculative rows beside the
+#      third; the dead rank after every family), as gpu-proof.sh runs them (EQ_GPU_UTIL: each rank's
 #      start-up check of free memory lowered to what it takes).
 #   2. speculation under Shift against TP=1 with the same drafter, each drafting for the
 #      family's repeating checkpoint: n-gram, the target as its own draft model and an
@@ -81,16 +82,17 @@ if (( gpus >= 2 )); then
     eq "eq_${fam}_mtp" "$fam" tp1+mtp "$shift_layout+mtp" "$plain+mtp" &
   done
   wait
-  for lay in shift tp; do   # alone: it reads every GPU's memory
-    site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
-    step "dead_rank_$lay" env PYTHONPATH="$site" python3 benchmarks/dead_rank.py "$lay" \
-      --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json" --gpus "$dead_gpus"
-  done
 else
   eq eq_llama4 llama4 "${layouts[@]}"
 fi
 for fam in qwen3 qwen3_vl gemma3_vl qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 wait
+for lay in shift tp; do   # alone: it reads every GPU's memory
+  (( gpus >= 2 )) || break
+  site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
+  step "dead_rank_$lay" env PYTHONPATH="$site" python3 benchmarks/dead_rank.py "$lay" \
+    --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json" --gpus "$dead_gpus"
+done
 step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
 
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup $L
