@@ -534,8 +534,14 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="build.sh", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="which official binaries go into the wheel (default: cuda)")
+    ported = sorted((d.name[1:] for d in (ROOT / "patches").glob("v*")
+                     if d.is_dir() and re.fullmatch(r"v\d+(\.\d+)*", d.name)),
+                    key=lambda v: tuple(int(x) for x in v.split(".")))
     ap.add_argument("--version", default=(ROOT / "VLLM_VERSION").read_text().strip(),
-                    help="vLLM release to build (default: the VLLM_VERSION file)")
+                    help=f"vLLM release to build: {', '.join(ported)} (default: the "
+                         "VLLM_VERSION file, %(default)s, the release proven on GPUs; it moves "
+                         "to a newer one once that one is. What ran where on each: the "
+                         "README's 'Supported vLLM releases')")
     ap.add_argument("--install", metavar="VENV", type=Path,
                     help="pip-install the wheel into this venv (created if missing)")
     ap.add_argument("--cache", type=Path,
