@@ -1032,26 +1032,22 @@ def _fused(r: dict) -> str:
             + groups + graphs)
 
 
-def _full_tp_fuses(r: dict) -> bool:
+def _full_tp_fusion(r: dict) -> tuple[bool, str]:
     """With the fused all-reduce + RMSNorm asked for, Shift's full-TP model
     must have compiled at least one range with it (``fused_graphs``: its
-    workspace alone proved nothing on lease 9).  Rows without the record,
-    other layouts, or a fusion not asked for: nothing to judge."""
+    workspace alone proved nothing on lease 9): (passes?, the verdict's note).
+    Ranges that could not be read (a cache folder gone; none found, as in
+    vLLM 0.33's one-file AOT artifact before ``fused_graphs`` read it) are not
+    judged, and the note says so.  Rows without the record, other layouts, or
+    a fusion not asked for: nothing to judge."""
     graphs = (r.get("fused_graphs") or {}).get("shift_full_tp")
-    if not r.get("shift") or not r.get("fuse_allreduce_rms") or not isinstance(graphs, dict):
-        return True
-    return not graphs or any(graphs.values())
-
-
-def _unread(r: dict) -> str:
-    """The verdict's note where the fusion was asked for under Shift but the
-    full-TP model's compiled ranges could not be read (a cache folder gone,
-    or none found: vLLM 0.33's one-file AOT artifact before ``fused_graphs``
-    read it): not judged, and said so."""
-    graphs = (r.get("fused_graphs") or {}).get("shift_full_tp", {})
-    if not r.get("shift") or not r.get("fuse_allreduce_rms") or graphs:
-        return "" if not isinstance(graphs, str) else " (full-TP graphs not read: missing)"
-    return " (full-TP graphs not read: no compiled range found)"
+    if not r.get("shift") or not r.get("fuse_allreduce_rms") or graphs is None:
+        return True, ""
+    if isinstance(graphs, str) or not graphs:
+        return True, f" (full-TP graphs not read: {graphs or 'no compiled range found'})"
+    if any(graphs.values()):
+        return True, ""
+    return False, " (fusion asked for, no full-TP graph fused)"
 
 
 def _both_models_ran(r: dict, name: str) -> bool:
@@ -1127,7 +1123,7 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
                    "drafter)")
     else:
         mine, theirs, where, enough = _rate([r["spec"]]), _rate([ref["spec"]]), "", True
-    both, fuses = _both_models_ran(r, name), _full_tp_fuses(r)
+    both, (fuses, fusion_note) = _both_models_ran(r, name), _full_tp_fusion(r)
     judged = not nan and enough and both and fuses and not mixed    # only the gap is left
     ok = judged and abs(mine - theirs) <= bound
     if not ok and judged and twin:
@@ -1140,8 +1136,7 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
                  f"| {'pass' if ok else '**FAIL**'}{why}"
                  f"{' (rows of several cards)' if mixed else ''}"
                  f"{'' if both else ' (the SP model or the full-TP one never ran)'}"
-                 f"{'' if fuses else ' (fusion asked for, no full-TP graph fused)'}"
-                 f"{_unread(r)} |")
+                 f"{fusion_note} |")
     return ok
 
 
@@ -1210,7 +1205,7 @@ def report(outdir: Path, md: Path | None) -> int:
             first_ok = (name in BOUNDS or LAYOUTS[name][2] or d["first_cached"] is None
                         or first_bound is None or d["first_cached"] <= max(first_bound, 2 ** -4))
             both = _both_models_ran(r, name)
-            fuses = _full_tp_fuses(r)
+            fuses, fusion_note = _full_tp_fusion(r)
             ok = ok and first_ok and both and fuses and not mixed
             bad += not ok
             lines.append(
@@ -1222,8 +1217,7 @@ def report(outdir: Path, md: Path | None) -> int:
                 f"{'pass' if ok else '**FAIL**'}{' (NaN)' if d['nan'] else ''}"
                 f"{'' if first_ok else ' (2nd round 1st token)'}"
                 f"{'' if both else ' (the SP model or the full-TP one never ran)'}"
-                f"{'' if fuses else ' (fusion asked for, no full-TP graph fused)'}"
-                f"{_unread(r)}"
+                f"{fusion_note}"
                 f"{' (rows of several cards)' if mixed else ''}"
                 f"{' (no TP=2/TP=4 row to bound it)' if not bound_src else ''} |")
     # Which card ran each family's rows (recorded since 4xH100, 2026-11-26):

@@ -65,12 +65,14 @@ def _aot_ranges(path: Path) -> dict[str, bool] | str:
         outer = _load_with_stand_ins(path.read_bytes())
     except Exception as e:  # noqa: BLE001 - a format this reader does not know
         return f"unreadable ({type(e).__name__})"
-    for blob in _walk_bytes(outer):
+    for blob in _walk(outer):
+        if not isinstance(blob, (bytes, bytearray)):
+            continue
         try:
-            inner = _load_with_stand_ins(blob)
+            inner = _load_with_stand_ins(bytes(blob))
         except Exception:  # noqa: BLE001 - other bytes (graphs, code)
             continue
-        for artifacts in _walk_objects(inner):
+        for artifacts in _walk(inner):
             names = getattr(artifacts, "submodule_bytes", None)
             store = getattr(artifacts, "submodule_bytes_store", None)
             if not (isinstance(names, dict) and isinstance(store, dict)):
@@ -142,31 +144,21 @@ def _load_with_stand_ins(data: bytes):
     return _StandInUnpickler(io.BytesIO(data)).load()
 
 
-def _walk_objects(obj, seen=None):
-    seen = set() if seen is None else seen
-    stack = [obj]
+def _walk(obj):
+    """Every object reachable from obj (containers and stand-ins' state), once."""
+    seen, stack = set(), [obj]
     while stack:
         o = stack.pop()
-        if id(o) in seen or isinstance(o, (str, bytes, bytearray, int, float)):
+        if id(o) in seen:
             continue
         seen.add(id(o))
         yield o
         if isinstance(o, dict):
-            stack.extend(o.keys())
-            stack.extend(o.values())
+            stack.extend([*o.keys(), *o.values()])
         elif isinstance(o, (list, tuple, set, frozenset)):
             stack.extend(o)
         elif isinstance(o, _StandIn):
             stack.append(o.__dict__)
-
-
-def _walk_bytes(obj):
-    for o in _walk_objects(obj):
-        values = o.values() if isinstance(o, dict) else o if isinstance(
-            o, (list, tuple)) else ()
-        for v in values:
-            if isinstance(v, (bytes, bytearray)) and v[:1] == b"\x80":
-                yield bytes(v)
 
 
 def _calls_fused_op(path: Path) -> bool:

@@ -87,12 +87,13 @@ else
 fi
 for fam in qwen3 qwen3_vl gemma3_vl qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 wait
-for lay in shift tp; do   # alone: it reads every GPU's memory
-  (( gpus >= 2 )) || break
-  site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
-  step "dead_rank_$lay" env PYTHONPATH="$site" python3 benchmarks/dead_rank.py "$lay" \
-    --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json" --gpus "$dead_gpus"
-done
+if (( gpus >= 2 )); then
+  for lay in shift tp; do   # alone: it reads every GPU's memory
+    site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
+    step "dead_rank_$lay" env PYTHONPATH="$site" python3 benchmarks/dead_rank.py "$lay" \
+      --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json" --gpus "$dead_gpus"
+  done
+fi
 step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
 
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup $L

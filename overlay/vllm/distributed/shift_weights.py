@@ -135,8 +135,7 @@ def _read_in_natural_order(layer: torch.nn.Module, parent: torch.nn.Module, attr
     if _gated_activation_follows(layer, parent, attr):
         parent.act_fn = BlockedActivation(parent.act_fn, sp)
         return
-    natural = torch.empty_like(order)
-    natural[order] = torch.arange(len(order), device=order.device)
+    natural = torch.argsort(order)                    # the inverse permutation, on the host
     layer.register_buffer("_shift_natural_order", natural.to(layer.weight.device),
                           persistent=False)
     layer.__class__ = _in_natural_order(type(layer))
