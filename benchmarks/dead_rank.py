@@ -360,6 +360,10 @@ def main() -> None:
                     help="default: 4 if nvidia-smi lists 4 or more, else 2")
     ap.add_argument("--cpu", action="store_true", help="vLLM's CPU engine (a dry run)")
     a = ap.parse_args()
+    if a.out.exists() and json.loads(a.out.read_text()).get("pass"):
+        # a plan resumed from a results folder (no done.* markers there) keeps a passed verdict
+        print(f"{a.out}: passed already; not run again")
+        return
     gpus = a.gpus or (4 if len(gpu_memory() or ()) >= 4 else 2)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     res = check(a.layout, a.ckpt, a.out, gpus, a.cpu)
