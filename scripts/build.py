@@ -36,6 +36,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from tier import releases  # scripts/: the releases with a series
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_TAG = "sp"
 
@@ -534,9 +536,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="build.sh", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="which official binaries go into the wheel (default: cuda)")
-    ported = sorted((d.name[1:] for d in (ROOT / "patches").glob("v*")
-                     if d.is_dir() and re.fullmatch(r"v\d+(\.\d+)*", d.name)),
-                    key=lambda v: tuple(int(x) for x in v.split(".")))
+    ported = releases(ROOT)
     ap.add_argument("--version", default=(ROOT / "VLLM_VERSION").read_text().strip(),
                     help=f"vLLM release to build: {', '.join(ported)} (default: the "
                          "VLLM_VERSION file, %(default)s, the release proven on GPUs; it moves "
