@@ -17,12 +17,18 @@ gpu_mib() {
 # beside NEW served again too; `run.py report --tag TAG` then holds the comparison.  Nothing
 # to do when they already share a lease.  The rows compared are the plan's own result set:
 # $S, or $S-X when $L says `--tag X`.
+# A set $S-TAG that a RESUME brings in already holding the comparison on one lease is the
+# answer too (a lease that served it and ended before the next step).
 beside() {
   local tag=$1 anchor=$2 w=$3; shift 3
   if python3 benchmarks/run.py leases "$anchor" "$@" $L --workloads "$w"; then
     echo "beside: $anchor and $* share a lease"; return 0
   fi
   local new w1 missing="" serve=("$anchor") to=$BENCH_DIR/res/$S-$tag from=$BENCH_DIR/res/$S
+  if [[ -d $to ]] && python3 benchmarks/run.py leases "$anchor" "$@" $L --tag "$tag" \
+      --workloads "$w"; then
+    echo "beside: $anchor and $* share a lease in $S-$tag"; return 0
+  fi
   [[ " $L " =~ " --tag "([^ ]+)" " ]] && from+=-${BASH_REMATCH[1]}
   for new in "$anchor" "$@"; do
     for w1 in ${w//,/ }; do
