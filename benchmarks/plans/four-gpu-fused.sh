@@ -13,8 +13,8 @@
 # Then served, the 70B shape in FP8 at the defaults: Shift (fused), TP=4, TP=4 again on lat4k
 # (TPOT at one user: target within the spread of the two TP=4 servers), Shift and TP=4 also on
 # sat4k_500, Shift before (unfused); then DP=2xTP=2 beside Shift (sat4k_500).
-# One user's decode steps traced (prof2_lat4k) for Shift and TP=4, each a server of its own,
-# after TP=4's second server (lease 13 ended there, with the TPOT gap to explain).
+# Then TP=4 and Shift again, each at sat4k_500 and with one user's decode steps traced
+# (prof2_lat4k), into 70b-fusedd (lease 13 ended before them, with the TPOT gap to explain).
 # Minutes (4xH100, leases 5-8): staging 2 + installs 3, equivalence ~8, Shift's start ~6.5
 # (~4 with vLLM's compile cache carried), TP=4's ~4.5, lat4k ~1, sat4k_500 ~3: the first
 # lease ends about TP=4's sat4k_500, which with Shift's is also issue 47's saturation ratio
@@ -36,19 +36,21 @@ step tp4 python3 benchmarks/run.py layout tp4$q $L --workloads $W,$WS
 # TP=4's second server before Shift is served beside them: a lease resumed after `shift`
 # (lease 10 ended there) then holds the TPOT target's three servers within its 30 minutes.
 [[ $S != tiny ]] && step tp4_again python3 benchmarks/run.py layout tp4_fp8_again $L --workloads $W
-# Lease 13 (4xH200) measured the TPOT gap (Shift 9.00 ms against TP=4's 8.78 and 8.81): where
-# one user's decode step goes comes next (40 steps traced 2 s into lat4k's load: decodes),
-# Shift's fused full-TP model against TP=4, before the saturation rows served beside.
-step shift_prof python3 benchmarks/run.py layout shift_tp2_sp2$q $L --workloads prof2_$W
-step tp4_prof python3 benchmarks/run.py layout tp4$q $L --workloads prof2_$W
-# One user (TPOT: Shift within the two TP=4 servers' spread) and saturation in sets of their
-# own: lease 13 held the first (70b-fusedb) and ended before the second.
+# Lease 13 (4xH200) measured the TPOT gap (Shift 9.00 ms against TP=4's 8.78 and 8.81) and
+# ended before Shift's saturation beside TP=4.  One server each, TP=4 first (the faster start),
+# both on one lease in 70b-fusedd: sat4k_500, then one user's decode steps traced (40 steps 2 s
+# into lat4k's load: where the 0.2 ms go).  Two servers, not four: the profiler's flags only
+# configure it, it traces from /start_profile for its 40 steps, sent during the traced load,
+# which run.py runs last (four-gpu-sat-views.sh served sat4k_500 so too).
+step sat_prof python3 benchmarks/run.py layout tp4$q shift_tp2_sp2$q $L --tag fusedd \
+  --workloads $WS,prof2_$W
+# One user (TPOT: Shift within the two TP=4 servers' spread) in a set of its own: lease 13
+# held it whole (70b-fusedb).
 if [[ $S == tiny ]]; then
   step shift_tp4 beside fusedb shift_tp2_sp2$q $W tp4$q
 else
   step shift_tp4 beside fusedb shift_tp2_sp2$q $W tp4$q tp4_fp8_again
 fi
-step shift_tp4_sat beside fusedd shift_tp2_sp2$q $WS tp4$q
 [[ $S != tiny ]] && step shift_before python3 benchmarks/run.py layout shift_tp2_sp2_fp8_before \
   $L --workloads $W
 step dp python3 benchmarks/run.py layout dp2_tp2$q $L --workloads $WS
