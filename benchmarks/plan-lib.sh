@@ -10,7 +10,8 @@ gpu_mib() {
   echo "${m:-0}"
 }
 
-# beside TAG ANCHOR WORKLOADS NEW...: a ratio compares rows of one machine lease.  When the
+# beside TAG ANCHOR WORKLOADS NEW...: a ratio compares rows of one machine lease (servers it
+# starts take the plan's $SERVE_ARGS, when set, as the plan's own steps do).  When the
 # NEW layouts' rows and ANCHOR's (those workloads) come from different leases -- NEW ran on a
 # later lease than ANCHOR, after a RESUME -- serve ANCHOR again on this lease into the result
 # set $S-TAG (`run.py --tag`), beside a copy of NEW's rows if they are this lease's, else
@@ -52,7 +53,9 @@ beside() {
     echo "beside: $* not (all) on this lease: served again beside $anchor"
     serve+=("$@")
   fi
-  python3 benchmarks/run.py layout "${serve[@]}" $L --tag "$tag" --workloads "$w"
+  # shellcheck disable=SC2086   # $L is words
+  python3 benchmarks/run.py layout "${serve[@]}" $L --tag "$tag" --workloads "$w" \
+    ${SERVE_ARGS:+--serve-args "$SERVE_ARGS"}
 }
 
 # fused_equivalence LAYOUTS DRAFT_LAYOUTS [FLOAT32_DRAFT_LAYOUTS]: the fused-Shift plans'

@@ -107,6 +107,9 @@ LAYOUTS = {
     "arctic_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2"]),
     "arctic_shift_tp2_sp2": ("arctic", 4, ["-tp", "2", "--ulysses-sequence-parallel-size", "2",
                                            "--enable-shift-parallel"]),
+    "arctic_sp4": ("arctic", 4, ["--ulysses-sequence-parallel-size", "4"]),
+    "arctic_shift_sp4": ("arctic", 4, ["--ulysses-sequence-parallel-size", "4",
+                                       "--enable-shift-parallel"]),
 }
 # The 8-GPU matrix at the seeds' setting (Llama-3.1-70B, FP8): 64 query and 8 KV heads, so
 # SP=8 gives each rank 8 query heads and one KV head; shift serves TP=2 x SP=4 and switches to
@@ -127,7 +130,7 @@ LAYOUTS.update({
 for _n in ("tp1", "tp8", "dp4_tp2", "tp2_sp4", "sp8", "shift_tp2_sp4", "arctic_tp2_sp4",
            "arctic_shift_tp2_sp4",
            "tp4", "dp2_tp2", "tp2_sp2", "shift_tp2_sp2", "sp4", "shift_sp4", "arctic_tp2_sp2",
-           "arctic_shift_tp2_sp2"):
+           "arctic_shift_tp2_sp2", "arctic_sp4", "arctic_shift_sp4"):
     _install, _gpus, _args = LAYOUTS[_n]
     LAYOUTS[f"{_n}_fp8"] = (_install, _gpus, [*_args, "--quantization", "fp8"])
     LAYOUTS[f"{_n}_fp8kv"] = (_install, _gpus, [*_args, "--quantization", "fp8",
@@ -138,7 +141,8 @@ LAYOUTS["tp4_fp8_again"] = LAYOUTS["tp4_fp8"]
 PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift",
         **{f"{a}{q}": f"{b}{q}" for q in ("", "_fp8", "_fp8kv")
            for a, b in (("tp2_sp2", "arctic_tp2_sp2"), ("shift_tp2_sp2", "arctic_shift_tp2_sp2"),
-                        ("tp2_sp4", "arctic_tp2_sp4"),
+                        ("tp2_sp4", "arctic_tp2_sp4"), ("sp4", "arctic_sp4"),
+                        ("shift_sp4", "arctic_shift_sp4"),
                         ("shift_tp2_sp4", "arctic_shift_tp2_sp4"))}}
 # Upstream references of a layout by its GPU count (the paper's TP=8 and DP rows, scaled), and
 # shift's own layout without shift (which it must not lose to on long prompts).
