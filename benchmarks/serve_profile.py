@@ -18,7 +18,11 @@ What it reports, for the window and per (step kind, model) group:
 - GPU time: kernels launched from the step's host span (sampling, launched
   after the forward's annotation ends, counts to the step before it);
 - the step's period (its first kernel to the next step's first kernel) and
-  how much of the window the GPU was idle: host-bound steps show as idle.
+  how much of the window the GPU was idle: host-bound steps show as idle;
+- per group, its kernels by name (calls and microseconds a step, the
+  largest first): two layouts whose steps differ by a fraction of a
+  millisecond (Shift's one-user decode against TP's) differ in which
+  kernels, which a category cannot say.  The traces stay on the host.
 
 On a CPU dry run (the tiny shape) there are no kernels: CPU ops stand in.
 """
@@ -38,6 +42,7 @@ from step_profile import CATEGORIES, category, load_trace  # noqa: E402
 STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+TOP_KERNELS = 40          # per group, in the summary: [name, calls a step, us a step]
 
 
 def _union_ms(intervals: list[tuple[float, float]]) -> float:
@@ -49,6 +54,13 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
         total += e - max(s, end)
         end = e
     return total / 1000
+
+
+def kernel_name(name: str, width: int = 100) -> str:
+    """A kernel's name as a key: templated CUDA names run to kilobytes, and
+    their head (the function and its first arguments) tells them apart."""
+    name = re.sub(r"^void ", "", name)
+    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def steps_of(trace: dict) -> list[dict]:
@@ -88,10 +100,14 @@ def steps_of(trace: dict) -> list[dict]:
     for st in out:
         ks = st.pop("kernels")
         cats: dict[str, float] = {}
+        names: dict[str, list[float]] = {}          # kernel -> [calls, us]
         for k in ks:
             c = category(k["name"])
             cats[c] = cats.get(c, 0.0) + k["dur"] / 1000
-        st.update(gpu_ms=sum(k["dur"] for k in ks) / 1000, by_category_ms=cats,
+            n = names.setdefault(kernel_name(k["name"]), [0, 0.0])
+            n[0] += 1
+            n[1] += k["dur"]
+        st.update(gpu_ms=sum(k["dur"] for k in ks) / 1000, by_category_ms=cats, by_kernel=names,
                   first=min((k["ts"] for k in ks), default=None),
                   last=max((k["ts"] + k["dur"] for k in ks), default=None),
                   model="SP" if cats.get("all-to-all") else "TP",
@@ -117,7 +133,7 @@ def summarize_serving(trace: dict, layout: str = "") -> dict:
     for s in window:
         g = groups.setdefault(f"{s['kind']}, {s['model']}", dict(
             steps=0, graph_steps=0, tokens=0, ctx_tokens=0, gen_tokens=0, period_ms=0.0,
-            gpu_ms=0.0, host_ms=0.0, by_category_ms={}))
+            gpu_ms=0.0, host_ms=0.0, by_category_ms={}, by_kernel={}))
         g["steps"] += 1
         g["graph_steps"] += s["graph"]
         g["tokens"] += s["ctx_tokens"] + s["gen_tokens"]
@@ -127,6 +143,10 @@ def summarize_serving(trace: dict, layout: str = "") -> dict:
             g[key] += s[key]
         for c, v in s["by_category_ms"].items():
             g["by_category_ms"][c] = g["by_category_ms"].get(c, 0.0) + v
+        for name, (calls, us) in s["by_kernel"].items():
+            k = g["by_kernel"].setdefault(name, [0, 0.0])
+            k[0] += calls
+            k[1] += us
     for g in groups.values():
         n = g["steps"]
         g["mean"] = {k: g[k] / n for k in ("tokens", "ctx_tokens", "gen_tokens", "period_ms",
@@ -134,6 +154,10 @@ def summarize_serving(trace: dict, layout: str = "") -> dict:
         g["mean"]["by_category_ms"] = {c: v / n for c, v in sorted(
             g["by_category_ms"].items(), key=lambda kv: -kv[1])}
         g["share_of_window"] = g["period_ms"] / span if span else 0.0
+        kernels = sorted(g.pop("by_kernel").items(), key=lambda kv: -kv[1][1])
+        g["mean"]["kernels"] = sum(c for _, (c, _) in kernels) / n
+        g["mean"]["top_kernels"] = [[name, round(c / n, 2), round(us / n, 2)]
+                                    for name, (c, us) in kernels[:TOP_KERNELS]]
     # kernels without a recorded launch were placed by their own start time (with async
     # scheduling that can be the next step's host span): a high count makes the groups rough
     return dict(layout=layout, unit=unit, steps=len(window), window_ms=span,
@@ -171,7 +195,17 @@ def markdown(summaries: list[dict]) -> str:
         for c in cats:
             if any(g["mean"]["by_category_ms"].get(c) for g in gs.values()):
                 row(f"  {c} (ms)", lambda g, c=c: f"{g['mean']['by_category_ms'].get(c, 0.0):.2f}")
+        # (summaries written before the per-kernel counts have neither)
+        if all("kernels" in g["mean"] for g in gs.values()):
+            row("kernels", lambda g: f"{g['mean']['kernels']:.0f}")
         lines.append("")
+        for name, g in gs.items():
+            if not g["mean"].get("top_kernels"):
+                continue
+            lines += [f"{name}: the largest kernels a step (calls, µs)", "",
+                      "| kernel | calls | µs |", "| --- | --- | --- |"]
+            lines += [f"| `{k}` | {c:g} | {us:.1f} |" for k, c, us in g["mean"]["top_kernels"][:15]]
+            lines.append("")
     return "\n".join(lines) + "\n"
 
 
