@@ -10,6 +10,7 @@
 # and shift+draft (acceptance kept).  Then served, the 8B shape in bf16 at the defaults, in an
 # order that spreads drift: TP=2, Shift (fused), Shift before (unfused), TP=2 again, each on
 # lat4k (TPOT at one user: target within the spread of the two TP=2 servers) and lat8k.
+# (The profiled workload runs last on its server: run.py orders it so.)
 # Minutes (2xH100, guessed from 2026-11-26's lease): staging ~2 and installs ~3, equivalence
 # ~7 (FlashInfer's JIT ~2.5 unless its cache is carried), each server ~2-3 + ~1.5 of load:
 # ~27.  Report: BENCH_DIR=<res> python benchmarks/run.py report --shape 8b --tag fused.
@@ -22,7 +23,12 @@ source "$here/benchmarks/plan-lib.sh"
 [[ $S != tiny ]] && fused_equivalence "tp1 tp2 shift" "tp1+draft tp2+draft shift+draft" \
   "tp1+draft32 tp2+draft32 shift+draft32"
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
+# TP=2's first server and Shift's also trace one user's decode steps last (prof2_lat4k: ~1
+# min each, no server of its own; the profiler traces only then): if Shift's TPOT misses, the
+# kernels a step of each say where (serve_profile.py's per-kernel table).
 for lay in tp2 shift shift_before tp2_again; do
-  step "$lay" python3 benchmarks/run.py layout "$lay" $L --workloads $W
+  w=$W
+  [[ $S != tiny && ( $lay == tp2 || $lay == shift ) ]] && w=$W,prof2_lat4k
+  step "$lay" python3 benchmarks/run.py layout "$lay" $L --workloads $w
 done
 step report reports
