@@ -1,8 +1,7 @@
 # Issue 34, 4 GPUs: the Llama-3.1-70B shape in FP8 (`--quantization fp8`: dummy bf16
 # weights quantized online) served by Shift at TP=2xSP=2 (<-> TP=4), TP=4, ArcticInference
-# 0.3.0's shift at the same layout, DP=2xTP=2, then SP=4 and its Shift (<-> TP=4).  A plan
-# for benchmarks/session.sh, kind nvidia-h200-x4 (nvidia-h100-x4 runs every row but the SP=4
-# ones, which hold a whole FP8 copy per GPU: skipped below 100 GB), staged with
+# 0.3.0's shift at the same layout, DP=2xTP=2 (SP=4 and its Shift: four-gpu-sp4.sh).  A plan
+# for benchmarks/session.sh, kind nvidia-h100-x4 or nvidia-h200-x4, staged with
 # benchmarks/stage.py (the Arctic sdist included):
 #   cp -r . /root/work && cd /root/work
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/four-gpu.sh /root/gh [RESUME] \
@@ -30,7 +29,7 @@
 #   lease 1: shift 9.5 + tp4 8.5                              (tier 1: Shift vs TP=4)
 #   lease 2: arctic_shift 9.5 + shift served again beside it ~8   (tier 2: vs the peer)
 #   lease 3: dp 8.5 + shift again beside it ~7                (tier 3: vs DP)
-#   lease 4: sp4 + shift_sp4 ~12, tp4 again beside them ~7    (tier 4, H200 only)
+#   tier 4 (SP=4, H200 only): plans/four-gpu-sp4.sh
 #   then, if lent: the FP8 KV cache and one Poisson rate near TP=4's knee (tier 5).
 # `beside` serves the anchor again only when the two rows came from different leases (the
 # host keeps nothing between leases, and the card may differ; run.py stamps each row), into
@@ -40,12 +39,11 @@ L="--shape $S"
 W=lat8k,lat32k,lat4k,burst1,sat4k_500
 WP=lat8k,lat32k,lat4k,sat4k_500           # vs the peer: TTFT, TPOT, saturation
 WD=burst1,sat4k_500                       # vs DP: saturation, the bursty trace
-WS=lat8k,lat32k,lat4k,burst1              # SP=4: long prompts are its case
 WK=lat4k,burst1,sat4k_500                 # the FP8 KV cache
 # The CPU dry run (PLAN_SHAPE=tiny: run.py's 2-layer shape on the installed CPU wheel, FP8
 # flags dropped, the installs and hw steps fail and are only logged): two short workloads;
 # the peer has no CPU plugin, its rows are left out.
-[[ $S == tiny ]] && W=lat8k,burst1 WP=lat8k WD=burst1 WS=lat8k WK=burst1
+[[ $S == tiny ]] && W=lat8k,burst1 WP=lat8k WD=burst1 WK=burst1
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup $L
@@ -63,15 +61,8 @@ fi
 step dp python3 benchmarks/run.py layout dp2_tp2_fp8 $L --workloads $W
 step shift_dp beside dp shift_tp2_sp2_fp8 $WD dp2_tp2_fp8
 step report2 reports
-# tier 4 (H200: ~68 GiB of FP8 weights on every GPU, shift's TP=4 copy beside them): SP=4
-# and its Shift, against TP=4 (the best SP layout or Shift >= 1.3x TP=4 on TTFT 8k-32k)
-if (( $(gpu_mib) >= 100000 )); then
-  step sp4 python3 benchmarks/run.py layout shift_sp4_fp8 sp4_fp8 $L --workloads $WS
-  step sp4_tp4 beside sp4 tp4_fp8 $WS shift_sp4_fp8 sp4_fp8
-  step report3 reports
-else
-  note "== tier 4 (SP=4, its Shift) left out: the smallest GPU has $(gpu_mib) MiB, < 100000"
-fi
+# tier 4 (SP=4 and its Shift, H200 only, with the peer's same two layouts) is its own plan:
+# plans/four-gpu-sp4.sh.
 # tier 5, if time is left: one Poisson rate near TP=4's knee (4k/250 at 4 requests/s, 32
 # requests; ~4 req/s is TP=4's estimated saturation rate: move it once tier 1 measured it),
 # served again in its own set (~4.5 min a layout); then the FP8 KV cache (~7.5 min a layout)
