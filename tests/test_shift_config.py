@@ -82,16 +82,21 @@ def test_padding_never_crosses_the_threshold(llama, sp, threshold):
 
     cfg = engine_config(llama, sequence_parallel_size=sp, shift_parallel=True,
                         shift_parallel_threshold=threshold, max_num_batched_tokens=4096)
+    from vllm.distributed import ulysses_config
+
     gpu_sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
-    sizes = shift.capture_sizes(cfg, [s for s in gpu_sizes if s % sp == 0])
+    sizes = shift.capture_sizes(cfg, ulysses_config.filter_capture_sizes(cfg, gpu_sizes))
     t = shift.effective_threshold(cfg.parallel_config)
     assert t % sp == 0 and t >= threshold
     if t < max(sizes):
         assert t in sizes
+    # the full-TP model's steps are not padded to SP: one request, one token
+    assert all(s % sp == 0 for s in sizes if s > t) and (1 in sizes) == (t >= 1)
 
-    def padded(n):          # what the runners do: a captured size, else a multiple of SP
-        fits = [s for s in sizes if s >= n]
-        return fits[0] if fits else -(-n // sp) * sp
+    def padded(n):          # what the runners do: a multiple of SP above the threshold
+        n = n if n <= t else -(-n // sp) * sp        # (ulysses.pad_tokens), then
+        fits = [s for s in sizes if s >= n]          # a captured size if one fits
+        return fits[0] if fits else n
 
     for n in range(1, 4097):
         worker_full_tp = padded(n) <= t

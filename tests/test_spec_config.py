@@ -129,13 +129,16 @@ def test_sizes_and_threshold_are_multiples_of_sp_and_k_plus_1(llama, sp, k, thre
                         max_num_batched_tokens=4096, max_num_seqs=256)
     sizes = graph_sizes(cfg, k)
     m = math.lcm(sp, k + 1)
-    assert sizes and all(s % m == 0 for s in sizes), (m, sizes)
     t = shift.effective_threshold(cfg)
     assert t % m == 0 and t >= threshold and (t in sizes or t > max(sizes)), (t, sizes)
+    # above the threshold steps are split over SP; at or below it, full TP's, k+1 each
+    assert sizes and all(s % m == 0 for s in sizes if s > t), (m, sizes)
+    assert all(s % (k + 1) == 0 for s in sizes) and (k + 1 in sizes), sizes
 
-    def padded(n):          # what the runners do: a captured size, else a multiple of SP
-        fits = [s for s in sizes if s >= n]
-        return fits[0] if fits else -(-n // sp) * sp
+    def padded(n):          # what the runners do: a multiple of SP above the threshold
+        n = n if n <= t else -(-n // sp) * sp        # (ulysses.pad_tokens), then
+        fits = [s for s in sizes if s >= n]          # a captured size if one fits
+        return fits[0] if fits else n
 
     for n in range(1, 4097):
         mode, _ = shift.step_stats(cfg, n)

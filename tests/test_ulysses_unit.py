@@ -148,6 +148,13 @@ def exchange_on_each_rank(rank, world, tp, sp, cfg):
     T = 7
     padded = ulysses.pad_tokens(T)
     assert padded % sp == 0 and padded - T < sp
+    # Shift: a step up to its threshold runs whole in full TP, not padded
+    ulysses.set_unsliced_steps(8)
+    try:
+        assert [ulysses.pad_tokens(n) for n in (1, 7, 8, 9)] == [1, 7, 8, -(-9 // sp) * sp]
+    finally:
+        ulysses.set_unsliced_steps(0)
+    assert ulysses.pad_tokens(1) == sp
     x = torch.arange(padded * 3, dtype=torch.float32).reshape(padded, 3)
     assert torch.equal(ulysses.gather_tokens(ulysses.shard_tokens(x)), x)
     # only some rows of the step, each from the rank that holds it: one

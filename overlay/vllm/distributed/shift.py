@@ -28,7 +28,10 @@ How:
 * The SP model's ``forward`` dispatches on the step's (padded) token count:
   at most ``threshold`` runs the full-TP model.  Every rank of a replica
   pads the same scheduler output the same way, so all ranks choose the same
-  mode and no collective diverges.  The threshold is rounded up to a
+  mode and no collective diverges.  Only steps above the threshold are
+  padded to a multiple of SP (the full-TP model's are not split over SP
+  ranks: ``ulysses.set_unsliced_steps``, so one request decodes through a
+  one-token graph, as under plain TP).  The threshold is rounded up to a
   multiple of SP and added to the CUDA-graph capture sizes, so padding never
   moves a step across it: "padded <= threshold" is "scheduled <= threshold",
   which is what the scheduler counts for ``/metrics``.
@@ -97,12 +100,10 @@ def enabled(config: VllmConfig | ParallelConfig) -> bool:
 
 def effective_threshold(config: VllmConfig | ParallelConfig) -> int:
     """The threshold rounded up to a multiple of SP (and, with speculative
-    decoding, of k+1: ``ulysses_config.capture_multiple``): every step is
-    padded to such a multiple, so a threshold between two could not be
+    decoding, of k+1: ``ulysses_config.capture_multiple``): every step above
+    it is padded to such a multiple, so a threshold between two could not be
     honoured exactly."""
-    pc = getattr(config, "parallel_config", config)
-    m = ulysses_config.capture_multiple(config)
-    return -(-pc.shift_parallel_threshold // m) * m
+    return ulysses_config.shift_threshold(config)
 
 
 def validate_parallel_config(pc: ParallelConfig) -> None:
@@ -233,6 +234,7 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     ulysses_multimodal.share_side_inputs(model, full)
     state.copied_bytes = _param_bytes(full) - state.shared_bytes
     _STATE = state
+    ulysses.set_unsliced_steps(state.threshold)
     _dispatch(model, state)
     _guard_weight_updates(model, state)
     after = _allocated()

@@ -61,6 +61,7 @@ logger = init_logger(__name__)
 
 _SP: GroupCoordinator | None = None
 _FULL_TP: GroupCoordinator | None = None
+_UNSLICED_UP_TO = 0     # steps of at most this many tokens are not split over SP
 
 
 # ---------------------------------------------------------------- groups
@@ -141,11 +142,12 @@ def _gathers_in_member_order(group: GroupCoordinator) -> None:
 
 
 def destroy_groups() -> None:
-    global _SP, _FULL_TP
+    global _SP, _FULL_TP, _UNSLICED_UP_TO
     for group in (_SP, _FULL_TP):
         if group is not None:
             group.destroy()
     _SP = _FULL_TP = None
+    _UNSLICED_UP_TO = 0
 
 
 @contextmanager
@@ -420,8 +422,20 @@ class AttentionPlan:
 
 # ---------------------------------------------------------------- tokens
 
+def set_unsliced_steps(tokens: int) -> None:
+    """Steps of at most ``tokens`` tokens run whole on every rank, not split
+    over SP (Shift runs them in full TP): ``pad_tokens`` leaves them as they
+    are, so a one-request decode step is one token, as under plain TP, not
+    SP of them."""
+    global _UNSLICED_UP_TO
+    _UNSLICED_UP_TO = tokens
+
+
 def pad_tokens(num_tokens: int) -> int:
-    """A step's token count, padded so that every SP rank gets as many."""
+    """A step's token count, padded so that every SP rank gets as many (a
+    step that is not split over SP, ``set_unsliced_steps``, needs none)."""
+    if num_tokens <= _UNSLICED_UP_TO:
+        return num_tokens
     sp = sp_size()
     return -(-num_tokens // sp) * sp
 

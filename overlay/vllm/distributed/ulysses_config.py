@@ -163,14 +163,20 @@ def verify_speculative(config: VllmConfig) -> None:
 
 
 def capture_multiple(config: VllmConfig | ParallelConfig) -> int:
-    """What every CUDA-graph size (and Shift's threshold) is a multiple of:
-    SP, since steps are padded to it, and with speculative decoding also
+    """What every CUDA-graph size of a step split over SP (and Shift's
+    threshold) is a multiple of: SP, since such steps are padded to it, and
+    with speculative decoding also
     k+1, to which vLLM rounds the sizes of its decode graphs (each request
     of a verify step holds k+1 tokens)."""
     pc = getattr(config, "parallel_config", config)
+    return math.lcm(pc.sequence_parallel_size, tokens_per_request(config))
+
+
+def tokens_per_request(config: VllmConfig | ParallelConfig) -> int:
+    """Tokens of one request in a decode step: k+1 with k speculative
+    tokens (a verify step), else 1."""
     spec = getattr(config, "speculative_config", None)
-    k = getattr(spec, "num_speculative_tokens", None) or 0
-    return math.lcm(pc.sequence_parallel_size, k + 1)
+    return (getattr(spec, "num_speculative_tokens", None) or 0) + 1
 
 
 CROSS_NODE_ENV = "VLLM_SP_ALLOW_CROSS_NODE"
@@ -254,22 +260,41 @@ def default_max_capture_size(config: VllmConfig, upstream: int) -> int:
     return upstream * config.parallel_config.sequence_parallel_size
 
 
+def shift_threshold(config: VllmConfig | ParallelConfig) -> int:
+    """Shift's threshold rounded up to a multiple of ``capture_multiple``:
+    steps above it are padded to such a multiple, so a threshold between
+    two could not be honoured exactly (``shift.effective_threshold``)."""
+    pc = getattr(config, "parallel_config", config)
+    m = capture_multiple(config)
+    return -(-pc.shift_parallel_threshold // m) * m
+
+
 def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     """CUDA-graph capture sizes must be multiples of SP: a padded step has
     to land on a captured size to replay it.  With speculative decoding
     they are rounded up to multiples of ``capture_multiple`` instead, as
     vLLM rounds them up to multiples of k+1 itself later (for its decode
     graphs): that rounding is then the identity, and every size stays a
-    multiple of SP."""
-    sp = config.parallel_config.sequence_parallel_size
+    multiple of SP.  Under Shift the sizes up to its threshold are the
+    full-TP model's, whose steps are not split over SP and not padded
+    (``ulysses.set_unsliced_steps``): they stay upstream's (multiples of k+1
+    only), so one request decodes through a one-token graph, as under TP."""
+    pc = config.parallel_config
+    sp = pc.sequence_parallel_size
     if sp == 1:
         return sizes
+    t = shift_threshold(config) if getattr(pc, "shift_parallel", False) else 0
+    d = tokens_per_request(config)
+    small = sorted({-(-s // d) * d for s in sizes if s <= t})
     m = capture_multiple(config)
+    large = [s for s in sizes if s > t]
     if m == sp:
-        kept = [s for s in sizes if s % sp == 0]
-    else:
-        largest = max(sizes, default=m)
-        kept = sorted({-(-s // m) * m for s in sizes if -(-s // m) * m <= largest}) or [m]
+        large = [s for s in large if s % sp == 0]
+    elif large:
+        largest = max(sizes)
+        large = sorted({-(-s // m) * m for s in large if -(-s // m) * m <= largest})
+    kept = small + large or [m]
     if kept != sizes:
-        logger.info("Ulysses SP: CUDA-graph capture sizes kept to multiples of %d: %s", m, kept)
+        logger.info("Ulysses SP: CUDA-graph capture sizes kept to multiples of %d%s: %s", m,
+                    f" above Shift's threshold {t}" if t else "", kept)
     return kept
