@@ -19,7 +19,8 @@ gpu_mib() {
 # to do when they already share a lease.  The rows compared are the plan's own result set:
 # $S, or $S-X when $L says `--tag X`.
 # A set $S-TAG that a RESUME brings in already holding the comparison on one lease is the
-# answer too (a lease that served it and ended before the next step).
+# answer too (a lease that served it and ended before the next step).  NEW's rows must exist;
+# ANCHOR's need not (it is served again: a workload added to the comparison later).
 beside() {
   local tag=$1 anchor=$2 w=$3; shift 3
   if python3 benchmarks/run.py leases "$anchor" "$@" $L --workloads "$w"; then
@@ -31,7 +32,7 @@ beside() {
     echo "beside: $anchor and $* share a lease in $S-$tag"; return 0
   fi
   [[ " $L " =~ " --tag "([^ ]+)" " ]] && from+=-${BASH_REMATCH[1]}
-  for new in "$anchor" "$@"; do
+  for new in "$@"; do       # ANCHOR is served again whatever its rows (a workload it lacks)
     for w1 in ${w//,/ }; do
       [[ -f $from/$new/$w1.json ]] || missing+=" $new/$w1"
     done

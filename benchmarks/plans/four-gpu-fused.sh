@@ -61,6 +61,8 @@ if [[ $S == tiny ]]; then
 else
   step shift_tp4 beside fusedb shift_tp2_sp2$q $W tp4$q tp4_fp8_again
 fi
-step dp python3 benchmarks/run.py layout dp2_tp2$q $L --workloads $WS
-step shift_dp beside fusedc shift_tp2_sp2$q $WS dp2_tp2$q
+# DP=2xTP=2 beside Shift at saturation (issue 47: Shift >= 0.9x DP), each also traced 5 s into
+# the load (prof5_: lease 14's 1.08x TP=4 missed 1.2x; where a saturated step's time goes).
+step dp python3 benchmarks/run.py layout dp2_tp2$q $L --workloads $WS,prof5_$WS
+step shift_dp beside fusedc shift_tp2_sp2$q $WS,prof5_$WS dp2_tp2$q
 step report reports
