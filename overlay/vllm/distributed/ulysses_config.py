@@ -165,9 +165,8 @@ def verify_speculative(config: VllmConfig) -> None:
 def capture_multiple(config: VllmConfig | ParallelConfig) -> int:
     """What every CUDA-graph size of a step split over SP (and Shift's
     threshold) is a multiple of: SP, since such steps are padded to it, and
-    with speculative decoding also
-    k+1, to which vLLM rounds the sizes of its decode graphs (each request
-    of a verify step holds k+1 tokens)."""
+    with speculative decoding also k+1, to which vLLM rounds the sizes of
+    its decode graphs (each request of a verify step holds k+1 tokens)."""
     pc = getattr(config, "parallel_config", config)
     return math.lcm(pc.sequence_parallel_size, tokens_per_request(config))
 
