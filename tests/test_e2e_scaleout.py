@@ -90,9 +90,8 @@ def test_data_parallel_sp(llama, served_ref, tmp_path):
     """vLLM's data parallelism with an SP=2 engine per replica (`-dp 2 -sp 2`,
     4 ranks on one node, internal load balancing): each replica builds its
     own SP groups, and the server answers like TP=1 from both replicas.
-    (Hybrid load balancing over two nodes, two such replicas each, ran here
-    until it cost CI 3 minutes: 8 ranks on 2 cores; upstream's handshake
-    between the nodes is the part this does not run.)"""
+    DP across nodes (hybrid load balancing: 8 ranks, 3 minutes on the 2-core
+    CI machine) adds upstream's handshake between the nodes, not run here."""
     args = ["-dp", "2", "-sp", "2", "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
     with serve(llama, args, tmp_path / "server.log", ranks=4) as base:
         tokens, logprobs = complete_all(base, llama)
