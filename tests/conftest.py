@@ -28,6 +28,21 @@ from harness import workload  # noqa: E402
 from harness.models import make_model  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _environment_as_found():
+    """Each test leaves os.environ as it found it.  vLLM sets process-wide
+    variables when a test builds an engine's config in this process (its CPU
+    platform: LD_PRELOAD, VLLM_WORKER_MULTIPROC_METHOD, ...) or first imports
+    it; a run whose environment differs from the engine forker's gets a fresh
+    interpreter instead of a fork (harness.engine.Forker), ~15 s of every
+    later run of the session."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory) -> Path:
     """Tiny checkpoints, made once per session (or reused from $SP_TEST_MODELS)."""

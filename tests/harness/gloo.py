@@ -107,11 +107,21 @@ def _import_function(path: str, module_name: str, name: str) -> Callable[..., No
 
 def _rank(fn: Callable[..., None], rank: int, world: int, tp: int, sp: int, port: int) -> None:
     """One rank: the patched groups under gloo, ``fn``, the groups torn down."""
-    from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.config import (
+        CompilationConfig,
+        CompilationMode,
+        ParallelConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
     from vllm.distributed import parallel_state as ps
 
+    # Eager: a layer's forward here is our arithmetic around upstream's ops; with
+    # compilation on, vLLM's CPU path torch.compiles each custom op's native forward
+    # on first call (SiluAndMul: ~20 s of C++ codegen for a 5-token test).
     cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=tp,
-                     sequence_parallel_size=sp, distributed_executor_backend="mp"))
+                     sequence_parallel_size=sp, distributed_executor_backend="mp"),
+                     compilation_config=CompilationConfig(mode=CompilationMode.NONE))
     with set_current_vllm_config(cfg):
         ps.init_distributed_environment(world, rank, f"tcp://127.0.0.1:{port}", rank, "gloo")
         ps.initialize_model_parallel(tp, 1, backend="gloo")
