@@ -10,6 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from . import engine
 from .repo import official_wheel
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -84,13 +85,33 @@ def error_line(excinfo, needle: str) -> str:
 
 def cli_rejects(model: Path, args: list[str]) -> str:
     """`vllm serve MODEL ARGS` must exit non-zero before any worker or
-    engine core starts; returns its output for the test's own message check."""
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
-    proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
-                           *args, "--max-model-len", "256", "--enforce-eager",
-                           "--skip-tokenizer-init"],
-                          capture_output=True, text=True, timeout=180, env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-3000:]
+    engine core starts; returns its output for the test's own message check.
+    The command's own entry point (``vllm.entrypoints.cli.main``) runs in a
+    child forked from the engine forker, which has imported vLLM: a fresh
+    interpreter spent ~15 s of each such test importing it (harness.engine
+    runs it in one where the environment asks for it, SP_TEST_FORK=0)."""
+    argv = ["serve", str(model), *args, "--max-model-len", "256", "--enforce-eager",
+            "--skip-tokenizer-init"]
+    env = engine.default_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
+    forked = engine.fork_call("harness.config:serve_cli", argv, env, timeout=180)
+    if forked is None:
+        proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", *argv],
+                              capture_output=True, text=True, timeout=180, env=env)
+        forked = proc.returncode, proc.stdout + proc.stderr
+    returncode, out = forked
+    assert returncode != 0, out[-3000:]
     assert "Worker" not in out and "EngineCore" not in out, "workers must not start"
     return out
+
+
+def serve_cli(*argv: str) -> int:
+    """``vllm ARGV`` in this process (a forked child): its exit status."""
+    sys.argv = ["vllm", *argv]
+    from vllm.entrypoints.cli.main import main
+
+    try:
+        main()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    return 0

@@ -470,6 +470,13 @@ def default_env(world: int = 1) -> dict[str, str]:
 _FORKER = Forker(default_env)
 
 
+def fork_call(call: str, args: list, env: dict[str, str], timeout: float) -> tuple[int, str] | None:
+    """(exit code, output) of ``call`` ("module:function" of the harness, its
+    return value the exit code) in a child of the engine forker; None where
+    the run needs a fresh interpreter (Forker.run)."""
+    return _FORKER.run({"call": call, "args": list(args)}, env, timeout) if FORK else None
+
+
 def _forker() -> None:
     # Answers go to the test on a descriptor of their own; whatever else is
     # printed (vLLM logs to stdout) goes to the forker's log.
