@@ -37,6 +37,7 @@ gets a fresh interpreter as before; folders a run adds to ``PYTHONPATH``
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -483,6 +484,10 @@ def _forker() -> None:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     from vllm import LLM, SamplingParams  # noqa: F401  (what every child imports)
+    # What a linear layer imports when first built, from vLLM 0.33 on (its linear
+    # kernels, ~600 modules): ~3 s of every engine's or gloo rank's start, once here.
+    with contextlib.suppress(ImportError):
+        import vllm.model_executor.kernels.linear  # noqa: F401
 
     def answer(line: str) -> None:
         answers.write(line + "\n")

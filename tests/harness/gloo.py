@@ -21,7 +21,6 @@ test."""
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib.util
 import inspect
 import os
@@ -140,10 +139,6 @@ def _launch(path: str, module_name: str, name: str, world: int, tp: int, sp: int
     import vllm.config  # noqa: F401
     from vllm.distributed import parallel_state, ulysses  # noqa: F401
 
-    # What a linear layer imports when first built, from vLLM 0.33 on (its linear
-    # kernels, ~600 modules): ~3 s of each rank's start, once here instead.
-    with contextlib.suppress(ImportError):
-        import vllm.model_executor.kernels.linear  # noqa: F401
     fn = _import_function(path, module_name, name)
     sys.stdout.flush(), sys.stderr.flush()
     ranks = set()
