@@ -93,7 +93,6 @@ def cli_rejects(model: Path, args: list[str]) -> str:
     argv = ["serve", str(model), *args, "--max-model-len", "256", "--enforce-eager",
             "--skip-tokenizer-init"]
     env = engine.default_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
     forked = engine.fork_call("harness.config:serve_cli", argv, env, timeout=180)
     if forked is None:
         proc = subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", *argv],

@@ -475,7 +475,10 @@ def fork_call(call: str, args: list, env: dict[str, str], timeout: float) -> tup
     """(exit code, output) of ``call`` ("module:function" of the harness, its
     return value the exit code) in a child of the engine forker; None where
     the run needs a fresh interpreter (Forker.run)."""
-    return _FORKER.run({"call": call, "args": list(args)}, env, timeout) if FORK else None
+    if not FORK:
+        return None
+    env = {**env, PATH: os.pathsep.join([str(HERE.parent), *filter(None, [env.get(PATH)])])}
+    return _FORKER.run({"call": call, "args": list(args)}, env, timeout)
 
 
 def _forker() -> None:
@@ -484,8 +487,8 @@ def _forker() -> None:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     from vllm import LLM, SamplingParams  # noqa: F401  (what every child imports)
-    # What a linear layer imports when first built, from vLLM 0.33 on (its linear
-    # kernels, ~600 modules): ~3 s of every engine's or gloo rank's start, once here.
+    # What a linear layer imports when first built (its kernels; on 0.33 ~600
+    # modules, ~3 s of every engine's or gloo rank's start): once, here.
     with contextlib.suppress(ImportError):
         import vllm.model_executor.kernels.linear  # noqa: F401
 
