@@ -14,8 +14,10 @@
 # 2. amx_venv: unpack_cpu_tests.sh: the venv, pip check, torch's and vLLM's view of the ISA
 #    (amx/env.txt: torch.cpu._is_amx_tile_supported decides vLLM's AMX paths).
 # 3. amx_repro_tp4: docs/reliability.md's reproduction as written (TP=4 vs TP=1).
-# 4. the tests, one pytest each (junit XML in amx/): test_e2e_hybrid.py whole,
-#    test_e2e_families.py -k qwen3_5, test_e2e_spec.py -k hybrid.
+# 4. the tests, one pytest each (junit XML in amx/): the pin itself and the gloo units
+#    (test_cpu_path.py: this host's workers take the AVX2 path; test_ulysses_unit.py,
+#    test_ulysses_gdn.py), test_e2e_hybrid.py whole, test_e2e_families.py -k qwen3_5,
+#    test_e2e_spec.py -k hybrid, test_e2e_families.py -k gpt_oss (the bf16 tests).
 # 5. amx_repro_layouts: amx_repro.py, TP=1/2/4, SP=2, TP=2xSP=2 against TP=1 and TP=4 (JSON).
 # Threads: the harness binds rank r's OpenMP threads to core r % cores (cpu_env), one core
 # a rank as on CI; the steps run one after the other, so no two engines share a core.
@@ -59,9 +61,12 @@ step amx_repro_tp4 "${cpu[@]}" -c "from pathlib import Path; from harness.models
 from harness.workload import run; from harness.compare import _agreeing; \
 m = make_qwen3_next(Path('/tmp/hybrid')); a = run(m, **GDN); b = run(m, tp=4, **GDN); \
 print(a.tokens == b.tokens, _agreeing(a, b))"
+step amx_pin "${pytest[@]}" test_cpu_path.py test_ulysses_unit.py test_ulysses_gdn.py \
+  --junitxml="$amx/pin_units.xml"
 step amx_hybrid "${pytest[@]}" test_e2e_hybrid.py --junitxml="$amx/hybrid.xml"
 step amx_qwen3_5 "${pytest[@]}" test_e2e_families.py -k qwen3_5 --junitxml="$amx/qwen3_5.xml"
 step amx_spec_hybrid "${pytest[@]}" test_e2e_spec.py -k hybrid --junitxml="$amx/spec_hybrid.xml"
+step amx_gpt_oss "${pytest[@]}" test_e2e_families.py -k gpt_oss --junitxml="$amx/gpt_oss.xml"
 step amx_repro_layouts "${cpu[@]}" "$here/benchmarks/amx_repro.py" "$amx/repro.json" \
   --tests "$tests" --models "$models/repro"
 if [[ -n ${amx_standalone:-} ]]; then
