@@ -96,9 +96,18 @@ class Run:
 
 
 def cpu_env(world: int) -> dict[str, str]:
+    """One core a rank (rank r on core r % cores), one OpenMP thread each.
+    vLLM binds a spawned worker by the environment it starts with
+    (``OMP_NUM_THREADS``, ``OMP_PLACES``), which an OpenMP runtime reads
+    once, as it loads; a worker forked from the forker keeps the runtime the
+    forker loaded, so without ``OMP_NUM_THREADS`` here each forked rank ran
+    as many threads as the host has cores: 2 a rank on the 2-core CI
+    machine, 16 on a 16-core host (four ranks at load 64, the bf16 hybrid
+    tests past 20 minutes on an AMX Xeon, 2026-11-29)."""
     cores = os.cpu_count() or 1
     return {
         "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(world)),
+        "OMP_NUM_THREADS": "1",
         "TORCHDYNAMO_DISABLE": os.environ.get("TORCHDYNAMO_DISABLE", "1"),
     }
 
