@@ -65,6 +65,9 @@ def test_llama_layouts(llama, llama_ref, tp, sp):
     check_prefix_cache(got)
     assert len(got.gathers) == tp * sp
     assert all(g["rows"] > 0 and g["whole"] > 0 for g in got.gathers), got.gathers
+    # One thread a rank, forked or spawned (harness.engine.cpu_env): a forked
+    # rank once ran as many as the host has cores (load 64 on 16 cores).
+    assert all(g["threads"] == 1 for g in got.gathers), got.gathers
 
 
 def test_alibi_slopes_follow_their_heads(models_dir, family_ref):

@@ -306,10 +306,12 @@ def _fork_workers() -> None:
 
 def _gather_report(worker) -> dict:
     """On one rank: forwards of the SP model that gathered only the
-    sampled rows of the step, and those that gathered all of it."""
+    sampled rows of the step, and those that gathered all of it; and the
+    OpenMP threads the rank computes with (``cpu_env``: one)."""
+    import torch
     from vllm.distributed import ulysses_model
 
-    return ulysses_model.gather_counts()
+    return {**ulysses_model.gather_counts(), "threads": torch.get_num_threads()}
 
 
 def _shift_report(worker) -> dict:
