@@ -27,6 +27,10 @@ Per release, each problem is one line on stderr and the exit status is 1:
   against the tree patches 1..N-1 left.  Only the files the series touches
   are unpacked.
 
+Once per run, whatever the releases: ``docs/design.md``'s series table (its
+``patches`` column) names every slug of every release's series, and no slug
+that none of them has (``--design`` to check another copy).
+
 Why: a patch series fails in ways a build reports late or not at all (a
 file renamed but not in ``series``, a header lost in an export, a patch that
 only applies after a later one); this is the cheap check CI runs first.
@@ -196,6 +200,43 @@ def check(version: str, patches_dir: Path, cache: Path) -> list[str]:
     return problems
 
 
+def table_slugs(design: Path) -> set[str]:
+    """The slugs in the patches column of design.md's series table (the
+    table whose header row is ``| group | patches | what |``)."""
+    slugs, inside = set(), False
+    for line in design.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[:2] == ["group", "patches"]:
+            inside = True
+        elif inside and not line.startswith("|"):
+            break
+        elif inside and len(cells) >= 2:
+            slugs.update(re.findall(r"`([a-z0-9-]+)`", cells[1]))
+    return slugs
+
+
+def check_design_table(design: Path, patches_dirs: list[Path]) -> list[str]:
+    """design.md's series table against every release's series: a newcomer
+    reads the design there, so a slug missing or misnamed is an error."""
+    where: dict[str, list[str]] = {}
+    for d in patches_dirs:
+        for vdir in sorted(d.glob("v*/")):
+            if (vdir / "series").is_file():
+                for name in listed(vdir):
+                    where.setdefault(build.slug_of(name), []).append(vdir.name)
+    if not design.is_file():
+        return [f"no {design}"]
+    table = table_slugs(design)
+    if not table:
+        return [f"{design.name}: no series table (| group | patches | what |)"]
+    problems = [f"{design.name}: the series table lacks {slug} "
+                f"(in {', '.join(sorted(set(where[slug])))})"
+                for slug in sorted(where) if slug not in table]
+    problems += [f"{design.name}: the series table names {slug}, which no release's "
+                 "series lists" for slug in sorted(table - where.keys())]
+    return problems
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="check_series.py", description=__doc__.split("\n\n")[0])
     which = ap.add_mutually_exclusive_group()
@@ -207,6 +248,8 @@ def main(argv: list[str]) -> int:
                     default=Path(os.environ.get("VLLM_SP_CACHE",
                                                 Path.home() / ".cache" / "vllm-sp")),
                     help="download cache (default: $VLLM_SP_CACHE or ~/.cache/vllm-sp)")
+    ap.add_argument("--design", type=Path, default=build.ROOT / "docs" / "design.md",
+                    help="the design doc whose series table is checked (default: docs/design.md)")
     args = ap.parse_args(argv)
     if args.all:
         versions = sorted((p.name[1:] for p in args.patches_dir.glob("v*")
@@ -214,7 +257,12 @@ def main(argv: list[str]) -> int:
                           key=lambda v: tuple(int(x) for x in v.split(".")))
     else:
         versions = [args.version]
-    failed = False
+    # The table covers the repository's releases and any --patches-dir beside them.
+    problems = check_design_table(args.design, list(dict.fromkeys(
+        [build.ROOT / "patches", args.patches_dir.resolve()])))
+    for p in problems:
+        print(f"check_series: {p}", file=sys.stderr)
+    failed = bool(problems)
     for v in versions:
         problems = check(v, args.patches_dir.resolve(), args.cache.resolve())
         for p in problems:
