@@ -37,6 +37,19 @@ step() {
   fi
 }
 
+# release V: a plan's first line (`release 0.26.0 || return 0`), naming the vLLM release its
+# results are from, so a resumed plan never mixes releases: true when V is installed, else a
+# line naming the staging command and the plan stops (stage.py stages VLLM_VERSION unless told).
+release() {
+  local got
+  if [[ ${BENCH_DRY_RUN:-} == 1 ]]; then echo "== vLLM $1 (stage.py --vllm-version $1)"; return 0; fi
+  got=$(python3 -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null)
+  [[ $got == "$1" ]] && return 0
+  echo "!! ${plan##*/}: the install is vLLM ${got:-(none)}, not $1: stage it with" \
+    "benchmarks/stage.py --vllm-version $1" >> "$res/progress.log"
+  return 1
+}
+
 case "$1" in
   run)
     plan=$2 parts=$3

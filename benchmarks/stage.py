@@ -27,10 +27,11 @@ stages it as ``ours-before.tar.gz``, which ``host-setup.sh`` lays out as
 ``$SITE_BEFORE``; its rows are run.py's ``*_before`` layouts, or any tool
 under ``PYTHONPATH=$SITE_BEFORE``.
 
-    ./build.sh --device cuda && python3 benchmarks/stage.py [OUTDIR]   (default .gpuhost)
-    python3 benchmarks/stage.py --before a7f5176     (+ ours-before.tar.gz: ours at a7f5176)
-    ./build.sh --device cuda --version 0.33.0 \
-        && python3 benchmarks/stage.py --vllm-version 0.33.0       (default .gpuhost-0.33.0)
+    ./build.sh && python3 benchmarks/stage.py [OUTDIR]   (the pin; default .gpuhost-<pin>)
+    ./build.sh --version 0.26.0 \
+        && python3 benchmarks/stage.py --vllm-version 0.26.0       (default .gpuhost-0.26.0)
+    python3 benchmarks/stage.py --vllm-version 0.26.0 --before a7f5176
+                                            (+ ours-before.tar.gz: ours at a7f5176)
 """
 
 from __future__ import annotations
@@ -194,14 +195,14 @@ def older_than_sources(wheel: Path, version: str) -> str | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", type=Path,
-                    help="default .gpuhost (the pin), else .gpuhost-VERSION")
+                    help="default .gpuhost-VERSION")
     ap.add_argument("--vllm-version", default=PIN,
                     help=f"the vLLM release to stage (default: the pin, {PIN})")
     ap.add_argument("--before", metavar="REV",
                     help="also stage ours as of git revision REV (ours-before.tar.gz)")
     args = ap.parse_args()
     version = args.vllm_version
-    out = args.out or ROOT / (".gpuhost" if version == PIN else f".gpuhost-{version}")
+    out = args.out or ROOT / f".gpuhost-{version}"
     official = CACHE / "downloads" / f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
     ours = ROOT / "dist" / f"vllm-{version}+sp-cp38-abi3-manylinux_2_28_x86_64.whl"
     build = "./build.sh --device cuda" + (f" --version {version}" if version != PIN else "")

@@ -4,7 +4,7 @@
 Why: issue 33 wants the bf16 Gated-DeltaNet hybrid tests to pass on an Intel
 host with AMX, and the GPU hosts' Xeons are the only such CPUs this project
 reaches.  The host has Python 3.12 and no network, so this bundles a CPU test
-venv for it: our CPU wheel (``dist/vllm-<pin>+sp.cpu-*.whl``), every wheel it
+venv for it: our CPU wheel (``dist/vllm-0.26.0+sp.cpu-*.whl``), every wheel it
 and ``tests/requirements.txt`` need, and the tests themselves, cut into
 parts that travel one per device call (as ``stage.py``'s do).
 
@@ -60,15 +60,17 @@ sys.path.insert(0, str(HERE))
 from stage import cut_parts, part_bytes  # noqa: E402
 from user_env import IMAGE, TARGET, _host_only, _norm, download, sha256_file  # noqa: E402
 
-PIN = (ROOT / "VLLM_VERSION").read_text().strip()
+# The release staged: the one whose torch (2.11) the host's image holds, not the pin.
+RELEASE = "0.26.0"
 CACHE = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp"))
 MAX_PART = 59 << 20
 # Taken from the image whatever the lock says: torch and what it loads for
 # CUDA (the CPU engine never calls it).  torch and torchvision must still
 # equal the lock's version (checked).
 GPU_STACK = re.compile(r"^(torch|torchvision|triton|nvidia_.*|cuda_.*)$")
-# The repository files the staged tests read (tests/harness/repo.py: the pin).
-REPO_FILES = ["tests", "VLLM_VERSION"]
+# The repository files the staged tests read; VLLM_VERSION is written as RELEASE
+# (tests/harness/repo.py: the release under test).
+REPO_FILES = ["tests"]
 
 
 def log(msg: str) -> None:
@@ -76,10 +78,11 @@ def log(msg: str) -> None:
 
 
 def cpu_wheel(build: bool) -> Path:
-    pattern = f"vllm-{PIN}+sp.cpu-*.whl"
+    pattern = f"vllm-{RELEASE}+sp.cpu-*.whl"
     if build or not list((ROOT / "dist").glob(pattern)):
-        log("building our CPU wheel (./build.sh --device cpu)")
-        subprocess.run([str(ROOT / "build.sh"), "--device", "cpu"], cwd=ROOT, check=True)
+        log(f"building our CPU wheel (./build.sh --device cpu --version {RELEASE})")
+        subprocess.run([str(ROOT / "build.sh"), "--device", "cpu", "--version", RELEASE],
+                       cwd=ROOT, check=True)
     wheels = sorted((ROOT / "dist").glob(pattern))
     if len(wheels) != 1:
         raise SystemExit(f"stage_cpu_tests.py: want one dist/{pattern}, found {wheels}")
@@ -195,7 +198,7 @@ def pinned(items: list[dict]) -> set[str]:
 
 def repo_files() -> list[str]:
     """tests/ (tracked and untracked-not-ignored, as a device call carries
-    them) and the pin file."""
+    them)."""
     out = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard", *REPO_FILES],
                          cwd=ROOT, check=True, capture_output=True).stdout.split(b"\0")
     return sorted(f.decode() for f in out if f and (ROOT / f.decode()).is_file())
@@ -226,7 +229,7 @@ def main() -> None:
                    if norm not in shim]
     constraints += [f"{p['name']}=={p['version']}" for _, p in sorted(shim.items())]
     reqs = requirements(args.ray)
-    deps = CACHE / f"cpu-tests-{PIN}"
+    deps = CACHE / f"cpu-tests-{RELEASE}"
     deps.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -271,7 +274,7 @@ def main() -> None:
             capture_output=True, text=True).stdout.strip()
     head = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
                           capture_output=True, text=True).stdout.strip()
-    manifest = {"vllm": PIN, "wheel": wheel.name, "wheel_sha256": sha256_file(wheel),
+    manifest = {"vllm": RELEASE, "wheel": wheel.name, "wheel_sha256": sha256_file(wheel),
                 "commit": head, "torch_git_version": torch_git,
                 "lock": "none" if not lock else str(args.lock or ".venv-cpu (pip freeze --all)"),
                 "staged": sorted(v[0] for v in wanted.values()), "from_image": sorted(kept),
@@ -284,6 +287,7 @@ def main() -> None:
             tar.add(deps / filename, f"bundle/wheels/{filename}")
         for f in repo_files():
             tar.add(ROOT / f, f"bundle/repo/{f}")
+        add_text(tar, "bundle/repo/VLLM_VERSION", RELEASE + "\n")
         add_text(tar, "bundle/constraints.txt", "\n".join(host_pins) + "\n")
         add_text(tar, "bundle/requirements.txt", "\n".join(reqs) + "\n")
         add_text(tar, "bundle/image.txt", "\n".join(sorted(kept)) + "\n")

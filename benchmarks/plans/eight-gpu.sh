@@ -2,7 +2,7 @@
 # FP8 (`--quantization fp8`: dummy bf16 weights quantized online), TP=8,
 # DP=4xTP=2, TP=2xSP=4, SP=8, Shift (TP=2xSP=4 <-> TP=8) and ArcticInference
 # 0.3.0 at TP=2xSP=4 and its shift.  A plan for benchmarks/session.sh, kind
-# nvidia-h200-x8, staged with benchmarks/stage.py (the Arctic sdist included):
+# nvidia-h200-x8, staged with benchmarks/stage.py --vllm-version 0.26.0 (the Arctic sdist included):
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/eight-gpu.sh /root/gh [RESUME] \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
 # Workloads (benchmarks/run.py): the Shift paper's 4k in / 250 out at one user
@@ -20,6 +20,7 @@
 # wheel (lengths capped at 256; the installs and hw steps fail there and are only logged):
 #   PATH=$PWD/.venv-cpu/bin:$PATH BENCH_DIR=/tmp/bt PLAN_SHAPE=tiny \
 #     bash benchmarks/session.sh run benchmarks/plans/eight-gpu.sh /nonexistent
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S"
 [[ $S == tiny ]] || L="$L --max-model-len 131072"

@@ -2,7 +2,7 @@
 # both groups' all-reduce fused (a FlashInfer workspace per group of ranks, the patch
 # flashinfer-allreduce-workspace-per-group), against TP=4.  Staged with the tree before the
 # last speed change (Shift's full-TP steps no longer padded to SP) as $SITE_BEFORE:
-#   python3 benchmarks/stage.py --before dcfc9db      # main before full-TP steps went unpadded
+#   python3 benchmarks/stage.py --vllm-version 0.26.0 --before dcfc9db     # main before full-TP steps went unpadded
 # (leases 10-14 staged 03e64f7, main before the per-group workspace; its row never ran).
 # Correct first (equivalence.py, seeded checkpoints, threshold 256 so both models run):
 # Llama and Qwen3-MoE at TP=1, TP=4 and TP=2xSP=2 Shift, each Shift engine logging its
@@ -20,6 +20,7 @@
 # (views and fusion both in); a RESUME serves the rest, `beside` keeps ratios on one lease.
 # Without FlashInfer's JIT cache and vLLM's compile cache (lease 14) TP=4's start took 534 s.
 # Report: BENCH_DIR=<res> python benchmarks/run.py report --shape 70b --tag fused.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag fused"
 W=lat4k

@@ -21,6 +21,7 @@
 # Shift and DP still fit) and every server of the lease gets --gpu-memory-utilization 0.85:
 # the peer did not start at vLLM's 0.92, and a head-to-head gives both the same memory (the
 # KV cache bounds sat4k_500's concurrency).  Shift at 0.92: leases 3-5.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag peer"
 W=lat8k,lat4k,sat4k_500

@@ -12,6 +12,7 @@
 # is (its header); lease 7 ran shift and dp (`results/2026-11-27-4gpu-70b-fp8-sat-profile-h100`):
 # carry its res.tgz as RESUME.  Minutes, from leases 5-7 (4xH100): staging 2, installs 2.8,
 # Shift's start 6.1, DP's 4.1, TP=4's ~3.6, sat4k_500 ~3, a profile ~2.7: ~21 after a RESUME.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag satp"
 W=sat4k_500,prof_sat4k_500

@@ -13,6 +13,7 @@
 # header), fresh.  Minutes, from leases 5-7 (4xH100): staging 2, installs 2.8, Shift's start
 # 6.1 (less with vLLM's compile cache carried), TP=4's ~3.6, sat4k_500 ~3, a profile ~2.7:
 # ~29, TP=4's profile last.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag satv"
 W=sat4k_500,prof5_sat4k_500

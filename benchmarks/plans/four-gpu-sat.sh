@@ -10,6 +10,7 @@
 # Staged and started as four-gpu.sh is (its header); minutes, from the 4xH200 lease: Shift's
 # start 9.5 (less once FlashInfer's JIT cache holds the fused all-reduce), TP=4's 3.6,
 # burst1 ~1, sat4k_500 ~2 a layout: ~24 with the installs.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag sat"
 WD=burst1,sat4k_500

@@ -14,6 +14,7 @@
 # (the peer's build), Shift's start ~5.5, TP=4's ~3-5, the peer's ~7 (H100, lease 6); lat8k
 # and lat32k ~0.6 each, lat4k ~1, sat4k_500 ~3: the first lease ends about the peer's shift.
 # Report: BENCH_DIR=<res> python benchmarks/run.py report --shape 70b --tag sp4.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag sp4"
 W=lat8k,lat32k,lat4k,sat4k_500          # Shift, TP=4 and the peer's shift

@@ -2,7 +2,7 @@
 # weights quantized online) served by Shift at TP=2xSP=2 (<-> TP=4), TP=4, ArcticInference
 # 0.3.0's shift at the same layout, DP=2xTP=2 (SP=4 and its Shift: four-gpu-sp4.sh).  A plan
 # for benchmarks/session.sh, kind nvidia-h100-x4 or nvidia-h200-x4, staged with
-# benchmarks/stage.py (the Arctic sdist included):
+# benchmarks/stage.py --vllm-version 0.26.0 (the Arctic sdist included):
 #   cp -r . /root/work && cd /root/work
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/four-gpu.sh /root/gh [RESUME] \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
@@ -34,6 +34,7 @@
 # `beside` serves the anchor again only when the two rows came from different leases (the
 # host keeps nothing between leases, and the card may differ; run.py stamps each row), into
 # its own result set (res/70b-<tag>); with a long lease the tiers share one and it skips.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S"
 W=lat8k,lat32k,lat4k,burst1,sat4k_500

@@ -37,7 +37,7 @@
 # SP=1 servers ~3 each, Shift ~4.5, TP=2 ~3.5, DP=2 ~3.5 with their workloads.  So steps 1-3
 # take one lease (~30 min, the last group possibly resumed on the next), step 4 one or two
 # more (staged again, RESUME from the last res.tgz).
-want=0.33.0
+release 0.33.0 || return 0
 gpus=${PLAN_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 S=${PLAN_SHAPE:-8b}
 L="--shape $S"
@@ -46,12 +46,6 @@ W2=lat8k,lat4k,burst1,sat4k                # Shift against TP=2 and DP=2 (issue 
 [[ $S == tiny ]] && W=lat8k W2=lat8k
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-got=$(python3 -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null)
-if [[ ${BENCH_DRY_RUN:-} != 1 && $got != "$want" ]]; then
-  note "!! gpu-proof-033.sh: the install is vLLM ${got:-(none)}, not $want: stage it with" \
-    "stage.py --vllm-version $want"
-  return 0
-fi
 layouts=(tp1)
 (( gpus >= 2 )) && layouts+=(tp2 sp2 shift)
 (( gpus >= 4 )) && layouts+=(tp4 tp2sp2 tp2sp2_shift)

@@ -42,6 +42,7 @@
 #    new in lease 4; lease 3 ran Gemma 3 with images (SigLIP, image tokens
 #    attended bidirectionally), Qwen3.5 as published (the multimodal class
 #    over its GDN hybrid) and Qwen2.5-VL with images (~6); then the report.
+release 0.26.0 || return 0
 layouts=(tp1 tp2 sp2 shift)
 (( $(nvidia-smi -L | wc -l) >= 4 )) && layouts+=(tp4 tp2sp2 tp2sp2_shift)
 shift_layout=shift; (( $(nvidia-smi -L | wc -l) >= 4 )) && shift_layout=tp2sp2_shift

@@ -9,6 +9,7 @@
 # what the extra graphs cost at startup (capture time, memory: server logs).
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/one-gpu-graphs.sh /root/gh \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
+release 0.26.0 || return 0
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step graphs python3 benchmarks/run.py layout tp1 tp1_graphs1024 --workloads lat1k,mid
 step profile_1k env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/step_profile.py \

@@ -7,6 +7,7 @@
 # one profile each showed the same ops with every host-side op ~2x slower in
 # ours.  Alternate the wheels, and sample per-thread CPU use while each runs
 # (a spinning thread would show).
+release 0.26.0 || return 0
 top_sampler() {   # top_sampler FILE: per-thread CPU every 5 s until killed
   while true; do date +%T; top -b -H -n 1 -w 200 | sed -n 7,22p; sleep 5; done > "$1" 2>&1
 }

@@ -8,6 +8,7 @@
 # 2. Each workload now records the server's TTFT, queue and prefill means:
 #    TP=1's 8k TTFT was ~20 ms above its profiled step (benchmarks/results/2026-11-23-1gpu-sp1-vs-official/),
 #    a part no GPU count shrinks that caps SP=2's served ratio to TP=1.
+release 0.26.0 || return 0
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step tp1 python3 benchmarks/run.py layout tp1 --workloads lat1k,lat8k,lat32k,sat
 step tp1_ours python3 benchmarks/run.py layout tp1_ours --workloads lat1k,lat8k,lat32k,sat

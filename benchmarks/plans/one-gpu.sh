@@ -10,6 +10,7 @@
 # 3. The rest of the TP=1 row of the 2-GPU matrix: 32k, 128 users, the
 #    context sweep and the latency-throughput curve (Poisson arrivals).
 # Installs (incl. building ArcticInference's module) run first in session.sh.
+release 0.26.0 || return 0
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step tp1 python3 benchmarks/run.py layout tp1 --workloads lat1k,lat8k,sat
 step tp1_ours python3 benchmarks/run.py layout tp1_ours --workloads lat1k,lat8k,sat

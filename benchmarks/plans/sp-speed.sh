@@ -1,7 +1,7 @@
 # Issue 45 (SP speed; was issue 35), 2 GPUs (nvidia-h200-x2 or nvidia-h100-x2; with 4 GPUs the SP=4 rows
 # run too): each change measured alone, before against after, on one lease.  Stage with
 # the tree before the change beside ours:
-#   ./build.sh --device cuda && python3 benchmarks/stage.py --before a7f5176
+#   ./build.sh --version 0.26.0 && python3 benchmarks/stage.py --vllm-version 0.26.0 --before a7f5176
 # (a7f5176: ours before runners-gather-sampled-rows; host-setup.sh lays it out as
 # $SITE_BEFORE, run.py's *_before layouts serve it), then as plans/gpu-proof.sh:
 #   cp -r . /root/work && cd /root/work
@@ -17,6 +17,7 @@
 #
 # Minutes (2xH200, from the 2026-11-24 profile run): a profile ~2 (engine start, graphs),
 # the 32k ones ~3; the exchange bench ~1 a setting; a served layout ~3 with lat8k,lat32k.
+release 0.26.0 || return 0
 four=0
 (( $(nvidia-smi -L 2>/dev/null | wc -l) >= 4 )) && four=1
 P="python3 benchmarks/step_profile.py"

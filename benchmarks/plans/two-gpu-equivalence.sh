@@ -11,6 +11,7 @@
 # layout, its engine log, report.md).  What it measured:
 # benchmarks/results/2026-11-22-2gpu-sp-equivalence-prefill/ and
 # benchmarks/results/2026-11-22-4gpu-sp-equivalence-prefill/.
+release 0.26.0 || return 0
 mkdir -p "$res/equiv"
 equiv_engine() {   # equiv_engine TAG [NAME=VALUE...] ENGINE-ARGS...: one layout, its log beside its JSON
   local tag=$1 envs=(); shift

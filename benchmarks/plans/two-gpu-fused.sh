@@ -2,7 +2,7 @@
 # FlashInfer's fused all-reduce + RMSNorm (a workspace per group of ranks, the patch
 # flashinfer-allreduce-workspace-per-group), before and after on one lease.  Staged with the
 # tree before the change as $SITE_BEFORE:
-#   python3 benchmarks/stage.py --before 03e64f7      # main before the per-group workspace
+#   python3 benchmarks/stage.py --vllm-version 0.26.0 --before 03e64f7     # main before the per-group workspace
 # Correct first (equivalence.py, seeded checkpoints, threshold 256 so both models run):
 # Llama and Qwen3-MoE at TP=1, TP=2 and Shift (SP=2), each Shift engine logging its
 # workspaces per group ("fused AR+norm" in the report: at SP=2 two ranks x a group of 2, the
@@ -14,6 +14,7 @@
 # Minutes (2xH100, guessed from 2026-11-26's lease): staging ~2 and installs ~3, equivalence
 # ~7 (FlashInfer's JIT ~2.5 unless its cache is carried), each server ~2-3 + ~1.5 of load:
 # ~27.  Report: BENCH_DIR=<res> python benchmarks/run.py report --shape 8b --tag fused.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-8b}
 L="--shape $S --tag fused"
 W=lat4k,lat8k

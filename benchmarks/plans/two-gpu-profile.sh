@@ -7,6 +7,7 @@
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
 # 1k first: the launch-bound step behind SP's 1k TTFT (shift at its default,
 # 1024, runs a 1k prompt in full TP, like TP=2: benchmarks/results/2026-11-23-2gpu-shift-layouts-threshold/).
+release 0.26.0 || return 0
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step profile_1k env PYTHONPATH=$SITE_OURS python3 benchmarks/step_profile.py \
   --layout sp2 tp2 --prefill 1024 --decode 128 --out "$res/profile-p1024-d128"

@@ -22,6 +22,7 @@
 # JIT unless its cache is carried); sat4k ~1.7, burst1 ~0.9, the curve ~2.5, a profile ~2:
 # Shift ~10, DP=2 ~8.5, TP=2 ~6.5, the peer ~7.5: two leases, `beside` keeping the ratios on
 # the second one's rows.
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-8b}
 L="--shape $S --tag sat"
 C=q4k_1,q4k_2,q4k_4,q4k_8,q4k_16

@@ -8,6 +8,7 @@
 #      one user, 128 users, saturation, the context sweep
 #   2. the threshold sweep's other points (lat1k, mid, sat); `shift` above is its
 #      256 point, measured with the same workloads on the same host
+release 0.26.0 || return 0
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step serve python3 benchmarks/run.py layout shift sp2 tp2 --workloads lat1k,lat8k,lat32k,mid,sat,ctx
 step sweep python3 benchmarks/run.py layout shift_t1024 shift_t2048 shift_t64 shift_t32 \

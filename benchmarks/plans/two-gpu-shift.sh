@@ -17,6 +17,7 @@
 #      (Llama-3.1-8B shape, dummy weights; TTFT 1k/8k/32k, TPOT at one user,
 #      128 users (2000 in / 250 out), throughput at saturation 2000 in / 250 out;
 #      the context sweep: HTTP 400 past --max-model-len, server still healthy)
+release 0.26.0 || return 0
 mkdir -p "$res/equiv"
 step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape 8b
 step ckpt env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/sp_gpu.py ckpt "$CKPT_DIR"

@@ -1,7 +1,7 @@
 # Issue 34, 2 GPUs: the Llama-3.1-8B shape in bf16 (dummy weights) served by Shift (SP=2
 # <-> TP=2), TP=2, ArcticInference 0.3.0's shift (SP=2 <-> TP=2) and DP=2, in the issue's
 # order of value.  A plan for benchmarks/session.sh, kind nvidia-h200-x2 (nvidia-h100-x2
-# holds every row), staged with benchmarks/stage.py (the Arctic sdist included):
+# holds every row), staged with benchmarks/stage.py --vllm-version 0.26.0 (the Arctic sdist included):
 #   cp -r . /root/work && cd /root/work
 #   (env -u OUT setsid bash benchmarks/session.sh run benchmarks/plans/two-gpu.sh /root/gh [RESUME] \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
@@ -22,6 +22,7 @@
 #   shift 6 (+3 JIT) + tp2 5 + arctic_shift 6 + dp2 5 = ~25 min: DP's tail may spill into a
 #   second lease, which then serves Shift again beside it (`beside`, res/8b-dp; ~3 min);
 #   then, if lent: the >= 1000-request soak on Shift (~5 min with its server).
+release 0.26.0 || return 0
 S=${PLAN_SHAPE:-8b}
 L="--shape $S"
 W=lat8k,lat4k,burst1,sat4k
