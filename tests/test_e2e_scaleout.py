@@ -1,8 +1,9 @@
 """Ulysses SP next to vLLM's own scale-out axes on the real CPU engine:
 pipeline parallelism (SP inside each stage) through vLLM's multi-node launch
 with two node ranks on loopback (SP inside a node, PP across nodes), and data
-parallelism (`vllm serve -dp 2 -sp 2`: two SP replicas on one node, requests
-spread over both), each equal to TP=1.  The servers' reference is transformers' greedy tokens
+parallelism (`vllm serve -dp 2 -sp 2` of a MoE model: two SP replicas on one
+node, requests spread over both, the MoE layers dispatching over them), each
+equal to TP=1.  The servers' reference is transformers' greedy tokens
 and logprobs (TP=1 equals transformers: test_e2e_sp).
 
 Between pipeline stages the intermediate tensors carry the whole padded
@@ -25,6 +26,7 @@ import pytest
 
 from harness.client import post, samples
 from harness.compare import hf_run
+from harness.models import make_model
 from harness.net import free_port
 from harness.server import serve
 from harness.workload import PROMPTS
@@ -40,6 +42,11 @@ SERVE_ARGS = ["--max-model-len", "512", "--enforce-eager", "--dtype", "float32",
 def served_ref(llama):
     """SERVED in transformers: the tokens and logprobs every server must give."""
     return hf_run(llama, [SERVED], max_tokens=8, prompt_logprobs=False)
+
+
+@pytest.fixture(scope="module")
+def moe(models_dir):
+    return make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
 
 
 def complete_all(base: str, model) -> tuple[list[list[int]], list[list[float]]]:
@@ -86,16 +93,21 @@ def test_two_nodes(llama, served_ref, tmp_path):
     assert_served_like(served_ref, tokens, logprobs, "two nodes, PP=2 x SP=2 vs the reference")
 
 
-def test_data_parallel_sp(llama, served_ref, tmp_path):
+def test_data_parallel_sp(moe, tmp_path):
     """vLLM's data parallelism with an SP=2 engine per replica (`-dp 2 -sp 2`,
-    4 ranks on one node, internal load balancing): each replica builds its
-    own SP groups, and the server answers like TP=1 from both replicas.
-    DP across nodes (hybrid load balancing: 8 ranks, 3 minutes on the 2-core
-    CI machine) adds upstream's handshake between the nodes, not run here."""
+    4 ranks on one node, internal load balancing) of Qwen3-MoE: each replica
+    builds its own SP groups, its MoE layers gather the step's tokens of both
+    replicas and hand each its own back (patch
+    cpu-communicator-gathers-unequal-parts: upstream's CPU communicator had
+    neither collective, and MoE with -dp failed at its first step), and the
+    server answers like TP=1 from both replicas.  DP across nodes (hybrid
+    load balancing: 8 ranks, 3 minutes on the 2-core CI machine) adds
+    upstream's handshake between the nodes, not run here."""
+    ref = hf_run(moe, [SERVED], max_tokens=8, prompt_logprobs=False)
     args = ["-dp", "2", "-sp", "2", "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
-    with serve(llama, args, tmp_path / "server.log", ranks=4) as base:
-        tokens, logprobs = complete_all(base, llama)
+    with serve(moe, args, tmp_path / "server.log", ranks=4) as base:
+        tokens, logprobs = complete_all(base, moe)
         served = served_per_engine(base)
-    assert_served_like(served_ref, tokens, logprobs, "DP=2 x SP=2 vs the reference")
+    assert_served_like(ref, tokens, logprobs, "MoE, DP=2 x SP=2 vs the reference")
     assert set(served) == {"0", "1"} and all(served.values()), served
     assert sum(served.values()) == len(SERVED), served
