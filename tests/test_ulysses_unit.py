@@ -81,6 +81,16 @@ def test_rank_layout(monkeypatch, dp, pp, sp, tp):
     for g in groups["full_tp"]:
         for i, r in enumerate(g):
             assert i == c[r][3] * sp + c[r][2], (g, r)
+    # Expert parallelism: every rank of one pipeline stage that holds different
+    # tokens, DP x TP x SP (upstream's DP x TP with the SP ranks), member
+    # dp*TP*SP + tp*SP + sp: within a replica the full-TP order, so Shift's
+    # full-TP model (plain EP over the full-TP group) holds each GPU's experts.
+    gs = groups["ep"]
+    assert sorted(itertools.chain(*gs)) == list(range(world)) and len(gs) == pp, gs
+    for g in gs:
+        assert len({c[r][1] for r in g}) == 1, g
+        for i, r in enumerate(g):
+            assert i == c[r][0] * tp * sp + c[r][3] * sp + c[r][2], (g, r)
 
 
 def test_worked_example_tp2_sp2(monkeypatch):
@@ -88,6 +98,7 @@ def test_worked_example_tp2_sp2(monkeypatch):
     assert groups["tp"] == [[0, 1], [2, 3]]
     assert groups["sp"] == [[0, 2], [1, 3]]
     assert groups["full_tp"] == [[0, 2, 1, 3]]
+    assert groups["ep"] == [[0, 2, 1, 3]]
 
 
 # ------------------------------------------------------------------ head math
@@ -227,9 +238,10 @@ def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):
     """With -dp and SP, MoE layers gather tokens over the DP group (the
     same SP rank of each replica) by the replicas' token counts; inside the
     SP model each rank holds 1/SP of its replica's padded step, so the
-    counts are divided for the call and restored after.  (vLLM's CPU
-    communicator has no all_gatherv, so MoE with DP cannot run end to end
-    on the CPU engine, with or without SP.)"""
+    counts are divided for the call and restored after.  With expert
+    parallelism over the SP ranks (``divide`` False) the layer splits each
+    replica's whole count over its TP*SP ranks itself: one size per rank of
+    the EP group, replica by replica."""
     from vllm.distributed import ulysses, ulysses_model
     from vllm.forward_context import DPMetadata, ForwardContext, override_forward_context
 
@@ -238,12 +250,16 @@ def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):
     seen = []
     ctx = ForwardContext(no_compile_layers={}, attn_metadata={}, slot_mapping={}, dp_metadata=dp)
     with override_forward_context(ctx):
-        with ulysses_model._dp_sizes_of_slices():
+        with ulysses_model._dp_sizes_of_slices(True):
             seen = dp.num_tokens_across_dp_cpu.tolist()
             with dp.sp_local_sizes(1):            # what the MoE runner asks for
                 assert dp.get_chunk_sizes_across_dp_rank() == [4, 2]
-    assert seen == [4, 2] and dp.num_tokens_across_dp_cpu.tolist() == [8, 4]
-    with ulysses_model._dp_sizes_of_slices():           # no forward context: nothing to do
+        assert seen == [4, 2] and dp.num_tokens_across_dp_cpu.tolist() == [8, 4]
+        with ulysses_model._dp_sizes_of_slices(False):
+            assert dp.num_tokens_across_dp_cpu.tolist() == [8, 4]
+            with dp.sp_local_sizes(2, use_ep=True):   # EP at TP=1 x SP=2: over TP*SP ranks
+                assert dp.get_chunk_sizes_across_dp_rank() == [4, 4, 2, 2]
+    with ulysses_model._dp_sizes_of_slices(True):       # no forward context: nothing to do
         pass
 
 

@@ -96,6 +96,19 @@ def full_tp_group_ranks(all_ranks: torch.Tensor) -> list[list[int]]:
     return [g.tolist() for g in all_ranks.transpose(4, 5).reshape(-1, sp * tp)]
 
 
+def expert_group_ranks(all_ranks: torch.Tensor) -> list[list[int]]:
+    """The expert-parallel groups: every rank that holds different tokens of
+    one model, DP x PCP x TP x SP (upstream's rule, DP x PCP x TP, with the
+    SP ranks, whose tokens differ outside attention), ordered (dp, pcp, tp,
+    sp) so that within a replica member tp_rank*SP + sp_rank is the full-TP
+    rank: Shift's full-TP model, plain EP over the full-TP group, then holds
+    on each GPU the experts the SP model holds there.  With SP=1, upstream's
+    groups."""
+    ext, dp, pp, pcp, sp, tp = all_ranks.shape
+    return [g.tolist() for g in
+            all_ranks.permute(0, 2, 1, 3, 5, 4).reshape(-1, dp * pcp * tp * sp)]
+
+
 def init_groups(all_ranks: torch.Tensor, local_rank: int, backend: str) -> None:
     """Called by ``initialize_model_parallel`` on every rank (group creation
     is collective over the world)."""
