@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from vllm.distributed import ulysses, ulysses_multimodal
+from vllm.distributed import ulysses, ulysses_moe, ulysses_multimodal
 
 # The rows of the next forward's hidden states that the runner reads
 # (``sampled_rows_only``); None: all of them.
@@ -87,15 +87,18 @@ def _gather_output(out: torch.Tensor, total: int) -> torch.Tensor:
 
 
 @contextmanager
-def _dp_sizes_of_slices() -> Iterator[None]:
+def _dp_sizes_of_slices(divide: bool) -> Iterator[None]:
     """With data parallelism, MoE layers gather tokens over the DP group
     (the same SP rank of every replica) using each replica's token count
     from the forward context.  Inside the SP model a rank holds 1/SP of
-    its replica's (padded) step, so the counts are divided for the call."""
+    its replica's (padded) step, so the counts are divided for the call.
+    With expert parallelism the layers split each replica's count over its
+    TP*SP ranks themselves (``ulysses_moe``): the counts stay whole
+    (``divide`` False)."""
     from vllm.forward_context import get_forward_context, is_forward_context_available
 
     dp = get_forward_context().dp_metadata if is_forward_context_available() else None
-    if dp is None:
+    if dp is None or not divide:
         yield
         return
     whole = dp.num_tokens_across_dp_cpu
@@ -140,7 +143,10 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
     from vllm.sequence import IntermediateTensors
 
     check_attention_layers(model)
+    from vllm.config import get_current_vllm_config
 
+    divide_dp_sizes = not ulysses_moe.sequence_parallel_moe(
+        get_current_vllm_config().parallel_config)
     inner = model.forward
 
     def forward(input_ids=None, positions=None, intermediate_tensors=None,
@@ -161,7 +167,7 @@ def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:
             # (Passed only when given: a drafter's forward has no such argument.)
             kwargs["intermediate_tensors"] = IntermediateTensors(
                 {k: ulysses.shard_tokens(v) for k, v in intermediate_tensors.tensors.items()})
-        with _dp_sizes_of_slices():
+        with _dp_sizes_of_slices(divide_dp_sizes):
             out = inner(input_ids=input_ids, positions=positions, inputs_embeds=inputs_embeds,
                         **kwargs)
         if isinstance(out, IntermediateTensors):
