@@ -16,7 +16,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from vllm.distributed import ulysses_gdn, ulysses_multimodal
+from vllm.distributed import ulysses_gdn, ulysses_moe, ulysses_multimodal
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
@@ -34,14 +34,35 @@ def validate_parallel_config(pc: ParallelConfig) -> None:
         raise ValueError("sequence_parallel_size > 1 cannot be combined with prefill/decode "
                          "context parallelism (PCP/DCP): set -pcp 1 -dcp 1 or -sp 1")
     if pc.enable_expert_parallel:
-        raise ValueError("sequence_parallel_size > 1 does not support expert parallelism yet: "
-                         "drop --enable-expert-parallel (MoE layers stay TP-sharded) or use -sp 1")
+        _check_expert_parallel(pc)
     if pc.enable_elastic_ep:
         raise ValueError("sequence_parallel_size > 1 does not support elastic EP: use -sp 1")
     if pc.data_parallel_backend == "ray":
         raise ValueError("sequence_parallel_size > 1 does not support the Ray data-parallel "
                          "backend yet: use --data-parallel-backend mp (the Ray executor, "
                          "--distributed-executor-backend ray, is supported)")
+
+
+def _check_expert_parallel(pc: ParallelConfig) -> None:
+    """Expert parallelism over the SP ranks (``ulysses_moe``): on the series
+    that carry it, with the one all2all backend whose dispatch takes tokens
+    split over SP, without expert load balancing (its redundant experts and
+    rebalancing would move experts between ranks Shift's two models share)."""
+    from vllm import __version__
+
+    release = tuple(int(x) for x in __version__.split("+")[0].split(".")[:2])
+    if release < (0, 32):
+        raise ValueError(f"sequence_parallel_size > 1 with --enable-expert-parallel needs "
+                         f"vLLM 0.32 or newer (this is {__version__}): build it with "
+                         "./build.sh --version 0.33.0, or drop --enable-expert-parallel "
+                         "(MoE layers stay TP-sharded)")
+    if pc.all2all_backend != ulysses_moe.BACKEND:
+        raise ValueError(f"sequence_parallel_size > 1 with expert parallelism dispatches with "
+                         f"the {ulysses_moe.BACKEND} all2all backend only, not "
+                         f"{pc.all2all_backend}: use --all2all-backend {ulysses_moe.BACKEND}")
+    if pc.enable_eplb:
+        raise ValueError("sequence_parallel_size > 1 does not support expert load balancing "
+                         "(EPLB) yet: drop --enable-eplb or use -sp 1")
 
 
 # Methods whose drafts are verified in ordinary target steps, with a drafter
