@@ -216,6 +216,8 @@ def share(sp_model: torch.nn.Module, full: torch.nn.Module, *, check_values: boo
             continue
         if getattr(src, _ARRANGED, False):
             views = _merged_views(src, layer, sp, rank)
+        elif hasattr(src, "expert_map_manager"):
+            views = _expert_views(src, layer)
         else:
             views = _plain_views(src, layer, sp, rank)
         if not views:
@@ -233,6 +235,25 @@ def share(sp_model: torch.nn.Module, full: torch.nn.Module, *, check_values: boo
                        "the SP model's block differs from what they loaded (first: %s)",
                        len(refused), refused[0])
     return saved
+
+
+def _expert_views(src: Any, layer: Any) -> dict[str, torch.Tensor]:
+    """A MoE layer's routed experts under expert parallelism: both models
+    place the same experts on a GPU (``ulysses_moe``: the SP model's EP rank
+    is the full-TP one), so each of the full-TP layer's parameters is the SP
+    layer's whole, as processed (packed) for the same kernel.  Without EP the
+    two models shard the experts by TP and by TP*SP: nothing to share."""
+    mine, theirs = layer.expert_map_manager.expert_map, src.expert_map_manager.expert_map
+    if mine is None or theirs is None or not torch.equal(mine.cpu(), theirs.cpu()):
+        return {}
+    views = {}
+    for pname, p in layer.named_parameters(recurse=False):
+        q = getattr(src, pname, None)
+        if (not isinstance(q, torch.Tensor) or q.shape != p.shape or q.dtype != p.dtype
+                or q.stride() != p.stride()):
+            return {}
+        views[pname] = q.data
+    return views
 
 
 def _plain_views(src: Any, layer: Any, sp: int, rank: int) -> dict[str, torch.Tensor]:
@@ -300,6 +321,8 @@ def _same_values(src: Any, layer: Any, views: dict[str, torch.Tensor]) -> bool:
     """The views hold what the full-TP layer loaded: equal for plain weights; for
     FP8 weights with per-tensor scales, equal after dequantizing within FP8's
     rounding (each model quantized its own shard with its own scale)."""
+    if "weight" not in views:   # routed experts: the same experts, processed alike
+        return all(torch.equal(getattr(layer, n).data, v) for n, v in views.items())
     w, v = layer.weight.data, views["weight"]
     if w.is_floating_point() and w.element_size() > 1:
         return torch.equal(w, v)
