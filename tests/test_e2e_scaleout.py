@@ -1,10 +1,11 @@
 """Ulysses SP next to vLLM's own scale-out axes on the real CPU engine:
 pipeline parallelism (SP inside each stage) through vLLM's multi-node launch
 with two node ranks on loopback (SP inside a node, PP across nodes), and data
-parallelism (`vllm serve -dp 2 -sp 2` of a MoE model: two SP replicas on one
-node, requests spread over both, the MoE layers dispatching over them), each
-equal to TP=1.  The servers' reference is transformers' greedy tokens
-and logprobs (TP=1 equals transformers: test_e2e_sp).
+parallelism (`vllm serve -dp 2 -sp 2 --enable-expert-parallel` of a MoE
+model: two SP replicas on one node, requests spread over both, the experts
+split over all four ranks), each equal to TP=1.  The servers' reference is
+transformers' greedy tokens and logprobs (TP=1 equals transformers:
+test_e2e_sp).
 
 Between pipeline stages the intermediate tensors carry the whole padded
 step, not this SP rank's slice: the model wrapper gathers a stage's output
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import re
 
 import pytest
 
@@ -94,20 +96,26 @@ def test_two_nodes(llama, served_ref, tmp_path):
 
 
 def test_data_parallel_sp(moe, tmp_path):
-    """vLLM's data parallelism with an SP=2 engine per replica (`-dp 2 -sp 2`,
-    4 ranks on one node, internal load balancing) of Qwen3-MoE: each replica
-    builds its own SP groups, its MoE layers gather the step's tokens of both
-    replicas and hand each its own back (patch
+    """vLLM's data parallelism with an SP=2 engine per replica (`-dp 2 -sp 2
+    --enable-expert-parallel`, 4 ranks on one node, internal load balancing)
+    of Qwen3-MoE: each replica builds its own SP groups, the expert-parallel
+    group is all four ranks (one expert each), its MoE layers dispatch the
+    tokens of both replicas' SP ranks and hand each its own back (the
+    all_gatherv and reduce_scatterv of patch
     cpu-communicator-gathers-unequal-parts: upstream's CPU communicator had
-    neither collective, and MoE with -dp failed at its first step), and the
-    server answers like TP=1 from both replicas.  DP across nodes (hybrid
-    load balancing: 8 ranks, 3 minutes on the 2-core CI machine) adds
-    upstream's handshake between the nodes, not run here."""
+    neither, and MoE with -dp failed at its first step), and the server
+    answers like TP=1 from both replicas.  DP across nodes (hybrid load
+    balancing: 8 ranks, 3 minutes on the 2-core CI machine) adds upstream's
+    handshake between the nodes, not run here."""
     ref = hf_run(moe, [SERVED], max_tokens=8, prompt_logprobs=False)
-    args = ["-dp", "2", "-sp", "2", "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
+    args = ["-dp", "2", "-sp", "2", "--enable-expert-parallel",
+            "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
     with serve(moe, args, tmp_path / "server.log", ranks=4) as base:
         tokens, logprobs = complete_all(base, moe)
         served = served_per_engine(base)
-    assert_served_like(ref, tokens, logprobs, "MoE, DP=2 x SP=2 vs the reference")
+    assert_served_like(ref, tokens, logprobs, "MoE, DP=2 x SP=2 with EP vs the reference")
+    held = re.findall(r"Local/global number of experts: (\d+)/(\d+)",
+                      (tmp_path / "server.log").read_text())
+    assert held and set(held) == {("1", "4")}, held     # (one line an engine)
     assert set(served) == {"0", "1"} and all(served.values()), served
     assert sum(served.values()) == len(SERVED), served

@@ -92,6 +92,7 @@ class Run:
     shift: list[dict] = field(default_factory=list)   # per rank, with shift_parallel
     top: list[list[dict[int, float]]] = field(default_factory=list)  # TOP_LOGPROBS per token
     gathers: list[dict] = field(default_factory=list)  # per rank, with SP: see _gather_report
+    experts: list[dict] = field(default_factory=list)  # per rank, with EP: see _experts_report
     log: str = field(default="", repr=False)
 
 
@@ -156,7 +157,7 @@ def run_engine(model: Path, prompts: list[Prompt], *, tp: int = 1, sp: int = 1,
     top = [[{int(t): lp for t, lp in pos.items()} for pos in seq] for seq in res["top"]]
     return Run(res["tokens"], res["logprobs"], res["prompt_logprobs"], res["cached_tokens"],
                res["prompt_ids"], res.get("spec", {}), res["seconds"], res.get("shift", []),
-               top, res.get("gathers", []), out)
+               top, res.get("gathers", []), res.get("experts", []), out)
 
 
 def remove_stale_cpu_shm() -> None:
@@ -277,6 +278,8 @@ def _child(spec: dict, fork_workers: bool = False) -> None:
         res["spec"] = {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
     if engine.get("sequence_parallel_size", 1) > 1:
         res["gathers"] = llm.collective_rpc(_gather_report)
+    if engine.get("enable_expert_parallel"):
+        res["experts"] = llm.collective_rpc(_experts_report)
     if shift_on:
         # Steps served per mode: the calls made while generating (the
         # engine's own profile and warm-up calls are left out).
@@ -312,6 +315,37 @@ def _gather_report(worker) -> dict:
     from vllm.distributed import ulysses_model
 
     return {**ulysses_model.gather_counts(), "threads": torch.get_num_threads()}
+
+
+def _experts_report(worker) -> dict:
+    """On one rank, of every MoE layer's routed experts: which global
+    experts this GPU holds (the SP model's), of how many; and the bytes of
+    their parameters' storages counted once across the SP model and Shift's
+    full-TP model together, against the SP layer's alone (1.0: the full-TP
+    model holds the very tensors; 2.0: a copy)."""
+    from vllm.distributed import shift
+
+    def layers(model) -> dict:
+        return {n: m for n, m in model.named_modules()
+                if hasattr(m, "expert_map_manager") and hasattr(m, "global_num_experts")}
+
+    def storages(*mods) -> dict[int, int]:
+        return {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes()
+                for m in mods for p in m.parameters(recurse=False)}
+
+    sp_layers = layers(worker.model_runner.model)
+    full = shift.full_tp_model()
+    full_layers = layers(full) if full is not None else {}
+    out = []
+    for name, layer in sp_layers.items():
+        emap = layer.expert_map_manager.expert_map
+        held = (list(range(layer.global_num_experts)) if emap is None
+                else [g for g, local in enumerate(emap.tolist()) if local >= 0])
+        mine = sum(storages(layer).values())
+        both = sum(storages(layer, *([full_layers[name]] if name in full_layers else [])).values())
+        out.append({"layer": name, "held": held, "of": layer.global_num_experts,
+                    "together": both / mine})
+    return {"layers": out}
 
 
 def _shift_report(worker) -> dict:
