@@ -40,15 +40,24 @@ def sequence_parallel_moe(pc: ParallelConfig) -> bool:
             and pc.all2all_backend == BACKEND)
 
 
-def over_sp(cfg: FusedMoEParallelConfig) -> FusedMoEParallelConfig:
+def over_sp(cfg: FusedMoEParallelConfig, is_sequence_parallel: bool) -> FusedMoEParallelConfig:
     """A MoE layer's parallel config (upstream's ``make``, which knows DP, PCP
     and TP) with the SP ranks added to its experts' split: in the SP model
     with EP, the layer is sequence-parallel over TP*SP ranks and its EP rank
     is the full-TP order's.  Anything else (SP=1, the full-TP model, which is
-    built with no SP, or MoE layers TP-sharded without EP) as it is."""
+    built with no SP, or MoE layers TP-sharded without EP) as it is.
+    ``is_sequence_parallel``: whether the model's MoE block splits its tokens
+    over ranks (it reads ``use_sequence_parallel_moe``); a block that does
+    not (GLM-4.5's) would dispatch TP copies of its tokens: refused."""
     sp = ulysses.sp_size()
     if sp == 1 or not _ep_requested():
         return cfg
+    if not is_sequence_parallel:
+        raise ValueError("sequence_parallel_size > 1 with --enable-expert-parallel needs MoE "
+                         "layers that split their tokens over ranks (upstream's sequence-"
+                         "parallel MoE, as Qwen3-MoE, GPT-OSS, Llama 4, Qwen3-Next have); this "
+                         "model's do not: drop --enable-expert-parallel (its MoE layers stay "
+                         "TP-sharded) or use -sp 1")
     from vllm.distributed.parallel_state import get_tp_group
 
     tp_group = get_tp_group()
