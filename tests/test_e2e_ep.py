@@ -14,7 +14,7 @@ import pytest
 
 from harness.compare import assert_same
 from harness.models import make_model
-from harness.workload import check_prefix_cache, run
+from harness.workload import check_expert_placement, check_prefix_cache, run
 
 EXPERTS = 4
 
@@ -29,25 +29,7 @@ def test_upstream_tp2_expert_parallel(models_dir, family_ref):
     got = run(model, tp=2, enable_expert_parallel=True)
     assert_same(family_ref(model), got, what="Qwen3-MoE -tp 2 with EP vs transformers")
     check_prefix_cache(got)
-    check_placement(got, 2)
-
-
-def check_placement(r, ranks: int) -> None:
-    """Every MoE layer holds EXPERTS / ranks experts on each GPU, each expert
-    on exactly one GPU, and Shift's full-TP model the very tensors of the SP
-    model's (the routed experts' storage counted once over both models is
-    the SP layer's: 1.0; a copy would make it 2.0).  Replicated over the SP
-    ranks, as without this placement, a GPU would hold EXPERTS / TP."""
-    assert len(r.experts) == ranks, r.experts
-    by_layer: dict[str, list[int]] = {}
-    for rank in r.experts:
-        assert rank["layers"], rank
-        for layer in rank["layers"]:
-            assert layer["of"] == EXPERTS and len(layer["held"]) == EXPERTS // ranks, layer
-            assert layer["together"] == 1.0, layer
-            by_layer.setdefault(layer["layer"], []).extend(layer["held"])
-    for name, held in by_layer.items():
-        assert sorted(held) == list(range(EXPERTS)), (name, held)
+    check_expert_placement(got, 2, EXPERTS)
 
 
 def test_shift_tp2_sp2_expert_parallel(models_dir, family_ref):
@@ -61,4 +43,15 @@ def test_shift_tp2_sp2_expert_parallel(models_dir, family_ref):
     check_prefix_cache(got)
     served = [rank["served"] for rank in got.shift]
     assert all(s["sp"] >= 4 and s["full_tp"] >= 10 for s in served), served
-    check_placement(got, 4)
+    check_expert_placement(got, 4, EXPERTS)
+
+
+def test_moe_block_that_does_not_split_tokens_is_refused(models_dir):
+    """GLM-4.5's MoE block does not split its tokens over ranks (upstream's
+    sequence-parallel MoE), so under SP with EP it would dispatch TP copies
+    of them: refused in one line when the model is built."""
+    model = make_model(models_dir, "glm4_moe")
+    with pytest.raises(RuntimeError) as excinfo:
+        run(model, sp=2, enable_expert_parallel=True)
+    assert "needs MoE layers that split their tokens over ranks" in str(excinfo.value)
+    assert "drop --enable-expert-parallel" in str(excinfo.value)

@@ -37,7 +37,7 @@ import pytest
 from harness.compare import assert_between, assert_no_further, assert_same
 from harness.models import GDN, IMAGE_PLACEHOLDER, make_model, make_vl_model
 from harness.repo import VERSION
-from harness.workload import BATCHES, check_prefix_cache, run
+from harness.workload import BATCHES, check_expert_placement, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
@@ -134,10 +134,14 @@ def text_runs(request, models_dir):
     prev_size"), so its engines take no images."""
     arch = request.param
     if arch == "llama4_vl":
-        model, kw = make_vl_model(models_dir, arch), dict(limit_mm_per_prompt={"image": 0})
+        # With expert parallelism from 0.32 (ulysses_moe): one of 4 experts a GPU,
+        # the shared expert beside them, top-1 routing weighted on the input.
+        model = make_vl_model(models_dir, arch)
+        kw = dict(limit_mm_per_prompt={"image": 0})
+        shift = dict(SHIFT, enable_expert_parallel=VERSION != "0.26.0")
     else:
-        model, kw = make_model(models_dir, arch), {}
-    return arch, run(model, **kw), run(model, **kw, **SHIFT)
+        model, kw, shift = make_model(models_dir, arch), {}, SHIFT
+    return arch, run(model, **kw), run(model, **kw, **shift)
 
 
 def test_decoder_family_under_shift(text_runs):
@@ -145,6 +149,8 @@ def test_decoder_family_under_shift(text_runs):
     assert_same(ref, got, what=f"{arch}: TP=2xSP=2 shift vs TP=1")
     check_prefix_cache(got)
     check_shift(got)
+    if arch == "llama4_vl" and VERSION != "0.26.0":
+        check_expert_placement(got, 4, 4)
 
 
 def check_window_hits(got, tp1):
@@ -195,12 +201,17 @@ def test_gpt_oss_shift(gpt_oss):
     """Shift at SP=2: prefill and mixed steps in SP (TP=1's products),
     decodes in full TP=2, past the one KV head (the case that crashed on
     GPUs under -tp 2 -sp 2 --shift-parallel).  Prompt logprobs come from SP steps; the decode
-    is TP=2's, so the run is held to TP=2's distance from TP=1."""
+    is TP=2's, so the run is held to TP=2's distance from TP=1.  From 0.32
+    with expert parallelism (its experts summed over two ranks, as TP=2's
+    partial products are)."""
     runs, go = gpt_oss
-    got = go(sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    ep = VERSION != "0.26.0"    # with expert parallelism from 0.32: two of 4 experts a GPU
+    got = go(sp=2, shift_parallel=True, shift_parallel_threshold=8, enable_expert_parallel=ep)
     assert_no_further(runs["tp1"], runs["tp2"], got, what="GPT-OSS shift SP=2 vs TP=1")
     check_window_hits(got, runs["tp1"])
     check_shift(got, world=2)
+    if ep:
+        check_expert_placement(got, 2, 4)
 
 
 @pytest.fixture(scope="module")

@@ -46,3 +46,22 @@ def reference(model) -> Run:
     from .compare import hf_run
 
     return hf_run(model, BATCHES, ENGINE["max_tokens"])
+
+
+def check_expert_placement(r: Run, ranks: int, experts: int) -> None:
+    """Every MoE layer holds experts / ranks experts on each GPU, each expert
+    on exactly one GPU, and Shift's full-TP model (when it runs) the very
+    tensors of the SP model's: the routed experts' storage counted once over
+    both models is the SP layer's (1.0; a copy would make it 2.0).
+    Replicated over the SP ranks, as without ulysses_moe's placement, a GPU
+    would hold experts / TP."""
+    assert len(r.experts) == ranks, r.experts
+    by_layer: dict[str, list[int]] = {}
+    for rank in r.experts:
+        assert rank["layers"], rank
+        for layer in rank["layers"]:
+            assert layer["of"] == experts and len(layer["held"]) == experts // ranks, layer
+            assert layer["together"] == 1.0, layer
+            by_layer.setdefault(layer["layer"], []).extend(layer["held"])
+    for name, held in by_layer.items():
+        assert sorted(held) == list(range(experts)), (name, held)
