@@ -5,16 +5,19 @@ the routes to them: patch cpu-moe-honours-expert-map; without it the CPU
 kernel indexed its weights by global expert ids and the worker died).  Then
 EP over the SP ranks (ulysses_moe): one Shift engine at TP=2 x SP=2 covers
 the SP model's dispatch over all four ranks (TP x SP, with the TP split),
-the full-TP model's plain EP, and their sharing one set of experts; DP x SP
-with EP is test_e2e_scaleout's `-dp 2 -sp 2`."""
+the full-TP model's plain EP, and their sharing one set of experts; n-gram
+speculation's verify steps on the same layout; DP x SP with EP is
+test_e2e_scaleout's `-dp 2 -sp 2`, Llama 4's and GPT-OSS's rows
+test_e2e_families'."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.compare import assert_same
+from harness.engine import run_engine
 from harness.models import make_model
-from harness.workload import check_expert_placement, check_prefix_cache, run
+from harness.workload import BLOCK, check_expert_placement, check_prefix_cache, run
 
 EXPERTS = 4
 
@@ -55,3 +58,21 @@ def test_moe_block_that_does_not_split_tokens_is_refused(models_dir):
         run(model, sp=2, enable_expert_parallel=True)
     assert "needs MoE layers that split their tokens over ranks" in str(excinfo.value)
     assert "drop --enable-expert-parallel" in str(excinfo.value)
+
+
+def test_ngram_under_shift_expert_parallel(models_dir):
+    """n-gram speculation under Shift with EP: the verify steps (several
+    tokens a request, padded to SP) dispatch over the EP group like any
+    other step, and the drafts are TP=1's.  Repetitive prompts, so that
+    lookup finds n-grams."""
+    model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
+    prompts = [([11, 12, 13, 14, 15] * 12)[:57], ([30, 31, 32, 33] * 20)[:77], [7, 8, 9]]
+    spec = dict(speculative_config=dict(method="ngram", num_speculative_tokens=3,
+                                        prompt_lookup_max=3, prompt_lookup_min=2),
+                max_num_seqs=8, max_tokens=24, max_num_batched_tokens=64, block_size=BLOCK)
+    ref = run_engine(model, prompts, **spec)
+    got = run_engine(model, prompts, tp=2, sp=2, shift_parallel=True,
+                     shift_parallel_threshold=8, enable_expert_parallel=True, **spec)
+    assert_same(ref, got, what="ngram, TP=2xSP=2 shift with EP vs TP=1")
+    assert got.spec == ref.spec and got.spec["accepted"] > 0, (got.spec, ref.spec)
+    check_expert_placement(got, 4, EXPERTS)
