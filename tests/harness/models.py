@@ -61,6 +61,8 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     # vLLM's CPU attention kernels take head_dim in {32, 64, 80, 96, ...}.
 
     name = f"{arch}-h{heads}x{head_dim}-kv{kv_heads}-l{layers}-d{hidden}-{dtype}-s{seed}"
+    if arch == "glm4_moe":
+        name += "-g2"
     if arch == "qwen3_next":
         name += f"-lin{linear_head_dim}"
     path = Path(root) / name
@@ -84,14 +86,19 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
                                           moe_intermediate_size=intermediate // 2,
                                           decoder_sparse_step=1, norm_topk_prob=True)
         cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "mixtral":
+        cfg = transformers.MixtralConfig(**common, num_local_experts=experts,
+                                         num_experts_per_tok=2)
+        cls = transformers.MixtralForCausalLM
     elif arch == "glm4_moe":
         # GLM-4.5: partial rotary (half the head dim), QK norm, a dense first
-        # layer, then grouped top-k MoE with a shared expert.
+        # layer, then grouped top-k MoE with a shared expert: two groups of
+        # experts, the top-k taken in the best one.
         cfg = transformers.Glm4MoeConfig(**common, n_routed_experts=experts,
                                          num_experts_per_tok=2, n_shared_experts=1,
                                          moe_intermediate_size=intermediate // 2,
                                          first_k_dense_replace=1, partial_rotary_factor=0.5,
-                                         use_qk_norm=True, n_group=1, topk_group=1,
+                                         use_qk_norm=True, n_group=2, topk_group=1,
                                          num_nextn_predict_layers=0)
         cls = transformers.Glm4MoeForCausalLM
     elif arch == "bloom":

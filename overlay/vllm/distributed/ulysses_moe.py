@@ -48,16 +48,20 @@ def over_sp(cfg: FusedMoEParallelConfig, is_sequence_parallel: bool) -> FusedMoE
     built with no SP, or MoE layers TP-sharded without EP) as it is.
     ``is_sequence_parallel``: whether the model's MoE block splits its tokens
     over ranks (it reads ``use_sequence_parallel_moe``); a block that does
-    not (GLM-4.5's) would dispatch TP copies of its tokens: refused."""
+    not (Mixtral's) would dispatch TP copies of its tokens: refused."""
+    from vllm.config import get_current_vllm_config
+
     sp = ulysses.sp_size()
-    if sp == 1 or not _ep_requested():
+    vllm_config = get_current_vllm_config()
+    if sp == 1 or not vllm_config.parallel_config.enable_expert_parallel:
         return cfg
     if not is_sequence_parallel:
-        raise ValueError("sequence_parallel_size > 1 with --enable-expert-parallel needs MoE "
-                         "layers that split their tokens over ranks (upstream's sequence-"
-                         "parallel MoE, as Qwen3-MoE, GPT-OSS, Llama 4, Qwen3-Next have); this "
-                         "model's do not: drop --enable-expert-parallel (its MoE layers stay "
-                         "TP-sharded) or use -sp 1")
+        arch = ", ".join(vllm_config.model_config.architectures or ["this model"])
+        raise ValueError(f"sequence_parallel_size > 1 with --enable-expert-parallel needs MoE "
+                         f"layers that split their tokens over ranks (upstream's sequence-"
+                         f"parallel MoE, as Qwen3-MoE, GPT-OSS, Llama 4, Qwen3-Next, GLM-4.5, "
+                         f"DeepSeek-V2/V3 have); {arch}'s do not: drop --enable-expert-parallel "
+                         f"(its MoE layers stay TP-sharded) or use -sp 1")
     from vllm.distributed.parallel_state import get_tp_group
 
     tp_group = get_tp_group()
@@ -68,8 +72,3 @@ def over_sp(cfg: FusedMoEParallelConfig, is_sequence_parallel: bool) -> FusedMoE
         ep_size=cfg.dp_size * cfg.pcp_size * tp * sp,
         ep_rank=replica * tp * sp + tp_rank * sp + ulysses.sp_rank())
 
-
-def _ep_requested() -> bool:
-    from vllm.config import get_current_vllm_config
-
-    return get_current_vllm_config().parallel_config.enable_expert_parallel
