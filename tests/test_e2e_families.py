@@ -133,24 +133,25 @@ def text_runs(request, models_dir):
     the vision encoder's profile run at TP=1 ("corrupted size vs.
     prev_size"), so its engines take no images."""
     arch = request.param
+    # With expert parallelism from 0.32 (ulysses_moe): one of 4 experts a GPU,
+    # the shared expert beside them; Llama 4: top-1 routing weighted on the
+    # input; GLM-4.5: grouped top-k (two groups of two, the best group's two).
+    shift = dict(SHIFT, enable_expert_parallel=VERSION != "0.26.0")
     if arch == "llama4_vl":
-        # With expert parallelism from 0.32 (ulysses_moe): one of 4 experts a GPU,
-        # the shared expert beside them, top-1 routing weighted on the input.
         model = make_vl_model(models_dir, arch)
         kw = dict(limit_mm_per_prompt={"image": 0})
-        shift = dict(SHIFT, enable_expert_parallel=VERSION != "0.26.0")
     else:
-        model, kw, shift = make_model(models_dir, arch), {}, SHIFT
-    return arch, run(model, **kw), run(model, **kw, **shift)
+        model, kw = make_model(models_dir, arch), {}
+    return arch, model, run(model, **kw), run(model, **kw, **shift)
 
 
 def test_decoder_family_under_shift(text_runs):
-    arch, ref, got = text_runs
+    arch, model, ref, got = text_runs
     assert_same(ref, got, what=f"{arch}: TP=2xSP=2 shift vs TP=1")
     check_prefix_cache(got)
     check_shift(got)
-    if arch == "llama4_vl" and VERSION != "0.26.0":
-        check_expert_placement(got, 4, 4)
+    if VERSION != "0.26.0":
+        check_expert_placement(model, got, 4)
 
 
 def check_window_hits(got, tp1):
@@ -180,7 +181,7 @@ def gpt_oss(models_dir):
     def go(**kw):
         return run(model, dtype="bfloat16", **kw)
 
-    return {"tp1": go(), "tp2": go(tp=2)}, go
+    return {"tp1": go(), "tp2": go(tp=2)}, go, model
 
 
 def test_gpt_oss_tp_sp_equals_tp2(gpt_oss):
@@ -191,7 +192,7 @@ def test_gpt_oss_tp_sp_equals_tp2(gpt_oss):
     sinks (with the TP rank's first sinks the backend refuses the layer;
     other sinks change the bits).  Several KV heads per SP rank: Bloom's
     SP=2 (test_e2e_sp)."""
-    runs, go = gpt_oss
+    runs, go, model = gpt_oss
     got = go(tp=2, sp=2)
     assert_same(runs["tp2"], got, atol=0.0, what="GPT-OSS TP=2xSP=2 vs TP=2")
     check_window_hits(got, runs["tp1"])
@@ -204,14 +205,14 @@ def test_gpt_oss_shift(gpt_oss):
     is TP=2's, so the run is held to TP=2's distance from TP=1.  From 0.32
     with expert parallelism (its experts summed over two ranks, as TP=2's
     partial products are)."""
-    runs, go = gpt_oss
+    runs, go, model = gpt_oss
     ep = VERSION != "0.26.0"    # with expert parallelism from 0.32: two of 4 experts a GPU
     got = go(sp=2, shift_parallel=True, shift_parallel_threshold=8, enable_expert_parallel=ep)
     assert_no_further(runs["tp1"], runs["tp2"], got, what="GPT-OSS shift SP=2 vs TP=1")
     check_window_hits(got, runs["tp1"])
     check_shift(got, world=2)
     if ep:
-        check_expert_placement(got, 2, 4)
+        check_expert_placement(model, got, 2)
 
 
 @pytest.fixture(scope="module")

@@ -319,10 +319,10 @@ def _gather_report(worker) -> dict:
 
 def _experts_report(worker) -> dict:
     """On one rank, of every MoE layer's routed experts: which global
-    experts this GPU holds (the SP model's), of how many; and the bytes of
+    experts this GPU holds (the SP model's), of how many; the bytes of
     their parameters' storages counted once across the SP model and Shift's
-    full-TP model together, against the SP layer's alone (1.0: the full-TP
-    model holds the very tensors; 2.0: a copy)."""
+    full-TP model together ("bytes"), and that against the SP layer's alone
+    ("together"; 1.0: the full-TP model holds the very tensors; 2.0: a copy)."""
     from vllm.distributed import shift
 
     def layers(model) -> dict:
@@ -330,8 +330,11 @@ def _experts_report(worker) -> dict:
                 if hasattr(m, "expert_map_manager") and hasattr(m, "global_num_experts")}
 
     def storages(*mods) -> dict[int, int]:
+        # The experts' own parameters (w13_*, w2_*), not the router's state
+        # a layer may keep beside them (GLM-4.5's score correction bias).
         return {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes()
-                for m in mods for p in m.parameters(recurse=False)}
+                for m in mods for n, p in m.named_parameters(recurse=False)
+                if n.startswith(("w13_", "w2_"))}
 
     sp_layers = layers(worker.model_runner.model)
     full = shift.full_tp_model()
@@ -344,7 +347,7 @@ def _experts_report(worker) -> dict:
         mine = sum(storages(layer).values())
         both = sum(storages(layer, *([full_layers[name]] if name in full_layers else [])).values())
         out.append({"layer": name, "held": held, "of": layer.global_num_experts,
-                    "together": both / mine})
+                    "bytes": both, "together": both / mine})
     return {"layers": out}
 
 

@@ -48,20 +48,49 @@ def reference(model) -> Run:
     return hf_run(model, BATCHES, ENGINE["max_tokens"])
 
 
-def check_expert_placement(r: Run, ranks: int, experts: int) -> None:
+def checkpoint_experts(model) -> dict[int, tuple[int, int]]:
+    """Per MoE layer of a checkpoint: (routed experts, bytes of their
+    parameters as stored), shared experts and the router left out."""
+    import json
+    import re
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    cfg = json.loads((Path(model) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    experts = next(cfg[k] for k in ("num_experts", "n_routed_experts", "num_local_experts")
+                   if cfg.get(k))
+    layers: dict[int, int] = {}
+    for f in Path(model).glob("*.safetensors"):
+        with safe_open(f, "pt") as st:
+            for name in st.keys():
+                m = re.search(r"layers\.(\d+)\..*\.experts\.", name)
+                if m:
+                    t = st.get_tensor(name)
+                    layers[int(m[1])] = layers.get(int(m[1]), 0) + t.numel() * t.element_size()
+    return {i: (experts, n) for i, n in layers.items()}
+
+
+def check_expert_placement(model, r: Run, ranks: int) -> None:
     """Every MoE layer holds experts / ranks experts on each GPU, each expert
-    on exactly one GPU, and Shift's full-TP model (when it runs) the very
-    tensors of the SP model's: the routed experts' storage counted once over
-    both models is the SP layer's (1.0; a copy would make it 2.0).
-    Replicated over the SP ranks, as without ulysses_moe's placement, a GPU
-    would hold experts / TP."""
-    assert len(r.experts) == ranks, r.experts
+    on exactly one GPU, in 1/ranks of the checkpoint's routed-expert bytes
+    counted once over the SP model and Shift's full-TP model (when it runs),
+    which holds the very tensors of the SP model's ("together" 1.0; a copy
+    would make it 2.0).  Replicated over the SP ranks, as without
+    ulysses_moe's placement, a GPU would hold experts / TP in 1/TP of the
+    bytes."""
+    import re
+
+    want = checkpoint_experts(model)
+    assert len(r.experts) == ranks and want, (r.experts, want)
     by_layer: dict[str, list[int]] = {}
     for rank in r.experts:
-        assert rank["layers"], rank
+        assert len(rank["layers"]) == len(want), (rank, want)
         for layer in rank["layers"]:
+            experts, size = want[int(re.search(r"layers\.(\d+)\.", layer["layer"])[1])]
             assert layer["of"] == experts and len(layer["held"]) == experts // ranks, layer
-            assert layer["together"] == 1.0, layer
+            assert layer["together"] == 1.0 and layer["bytes"] == size // ranks, (layer, size)
             by_layer.setdefault(layer["layer"], []).extend(layer["held"])
     for name, held in by_layer.items():
         assert sorted(held) == list(range(experts)), (name, held)
