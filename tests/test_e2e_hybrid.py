@@ -35,7 +35,7 @@ import pytest
 from harness.compare import assert_between, assert_no_further, assert_same
 from harness.models import GDN_F32, make_qwen3_next
 from harness.repo import VERSION
-from harness.workload import check_prefix_cache, run
+from harness.workload import check_expert_placement, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
@@ -119,9 +119,16 @@ def test_shift_tp2_sp2(model, tp2, tp4):
 
     Block size: vLLM sizes the attention block so that a page holds a GDN
     layer's state per GPU; here and at TP=4 that is 16 tokens on 0.26 (TP=2: 32),
-    so prefix hits restore states at TP=4's boundaries."""
-    got = run(model, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8, **GDN_F32)
+    so prefix hits restore states at TP=4's boundaries.
+
+    From 0.32 with expert parallelism (ulysses_moe): one of 4 experts a GPU,
+    the shared expert beside them, in both models."""
+    ep = VERSION != "0.26.0"
+    got = run(model, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8,
+              enable_expert_parallel=ep, **GDN_F32)
     assert_between(tp2, tp4, got, what="shift TP=2xSP=2 between TP=2 and TP=4")
+    if ep:
+        check_expert_placement(model, got, 4)
     check_hits(got)
     assert len(got.shift) == 4
     for rank in got.shift:
