@@ -21,7 +21,14 @@ import pytest
 from harness.compare import assert_same, hf_run
 from harness.engine import run_engine
 from harness.models import make_model
-from harness.workload import ENGINE, LONG, check_prefix_cache, run
+from harness.workload import (
+    ENGINE,
+    LONG,
+    check_expert_placement,
+    check_prefix_cache,
+    checkpoint_experts,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -106,3 +113,13 @@ def test_moe(models_dir, family_ref):
     check_prefix_cache(got)
     check_shift_run(got, 2)
     assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift
+    # Without --enable-expert-parallel every SP rank holds every expert
+    # whole (its TP rank's share, here TP=1's) and the full-TP model its own
+    # TP=2 shard beside them (1.5x the checkpoint's expert bytes a GPU): the
+    # placement check fails.
+    whole = checkpoint_experts(model)
+    assert all(layer["held"] == [0, 1, 2, 3]
+               and layer["bytes"] == whole[int(layer["layer"].split(".")[2])][1] * 3 // 2
+               for rank in got.experts for layer in rank["layers"]), got.experts
+    with pytest.raises(AssertionError):
+        check_expert_placement(model, got, 2)

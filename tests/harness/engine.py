@@ -92,7 +92,7 @@ class Run:
     shift: list[dict] = field(default_factory=list)   # per rank, with shift_parallel
     top: list[list[dict[int, float]]] = field(default_factory=list)  # TOP_LOGPROBS per token
     gathers: list[dict] = field(default_factory=list)  # per rank, with SP: see _gather_report
-    experts: list[dict] = field(default_factory=list)  # per rank, with EP: see _experts_report
+    experts: list[dict] = field(default_factory=list)  # per rank, with EP or SP: _experts_report
     log: str = field(default="", repr=False)
 
 
@@ -278,7 +278,7 @@ def _child(spec: dict, fork_workers: bool = False) -> None:
         res["spec"] = {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
     if engine.get("sequence_parallel_size", 1) > 1:
         res["gathers"] = llm.collective_rpc(_gather_report)
-    if engine.get("enable_expert_parallel"):
+    if engine.get("enable_expert_parallel") or engine.get("sequence_parallel_size", 1) > 1:
         res["experts"] = llm.collective_rpc(_experts_report)
     if shift_on:
         # Steps served per mode: the calls made while generating (the
