@@ -16,13 +16,33 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from vllm.distributed import ulysses_gdn, ulysses_moe, ulysses_multimodal
+from vllm.distributed import ulysses_gdn, ulysses_mla, ulysses_moe, ulysses_multimodal
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
     from vllm.config import ParallelConfig, VllmConfig
 
 logger = init_logger(__name__)
+
+
+def _version() -> str:
+    from vllm import __version__
+
+    return __version__
+
+
+def _release() -> tuple[int, int]:
+    """(major, minor) of the vLLM this overlay is built into: features added
+    on the newer series (EP, MLA) are refused on the older."""
+    return tuple(int(x) for x in _version().split("+")[0].split(".")[:2])
+
+
+def _check_mla(config: VllmConfig, mc: Any, what: str) -> None:
+    if _release() < (0, 32):
+        raise ValueError(f"sequence_parallel_size > 1 with MLA attention ({what}) needs vLLM "
+                         f"0.32 or newer (this is {_version()}): build it with ./build.sh "
+                         "--version 0.33.0, or use -sp 1")
+    ulysses_mla.verify_mla(config, mc, what)
 
 
 def validate_parallel_config(pc: ParallelConfig) -> None:
@@ -48,12 +68,9 @@ def _check_expert_parallel(pc: ParallelConfig) -> None:
     that carry it, with the one all2all backend whose dispatch takes tokens
     split over SP, without expert load balancing (its redundant experts and
     rebalancing would move experts between ranks Shift's two models share)."""
-    from vllm import __version__
-
-    release = tuple(int(x) for x in __version__.split("+")[0].split(".")[:2])
-    if release < (0, 32):
+    if _release() < (0, 32):
         raise ValueError(f"sequence_parallel_size > 1 with --enable-expert-parallel needs "
-                         f"vLLM 0.32 or newer (this is {__version__}): build it with "
+                         f"vLLM 0.32 or newer (this is {_version()}): build it with "
                          "./build.sh --version 0.33.0, or drop --enable-expert-parallel "
                          "(MoE layers stay TP-sharded)")
     if pc.all2all_backend != ulysses_moe.BACKEND:
@@ -85,10 +102,7 @@ def verify_config(config: VllmConfig) -> None:
         return
     what = f"{mc.architecture}"
     if mc.use_mla:
-        raise ValueError(f"sequence_parallel_size > 1 does not support MLA attention ({what}); "
-                         "use -sp 1, and for long prompts vLLM's context parallelism, which "
-                         "serves MLA models: --prefill-context-parallel-size / "
-                         "--decode-context-parallel-size")
+        _check_mla(config, mc, what)
     if mc.is_encoder_decoder:
         raise ValueError(f"sequence_parallel_size > 1 does not support encoder-decoder models "
                          f"({what}); use -sp 1")
@@ -175,8 +189,7 @@ def verify_speculative(config: VllmConfig) -> None:
         return
     what = f"the {spec.method} drafter {dmc.architecture}"
     if dmc.use_mla:
-        raise ValueError(f"sequence_parallel_size > 1 does not support MLA attention ({what}); "
-                         "use -sp 1")
+        _check_mla(config, dmc, what)
     if dmc.is_hybrid or dmc.is_attention_free:
         raise ValueError(f"sequence_parallel_size > 1 needs a drafter whose layers all use "
                          f"attention; {what} does not; use -sp 1")
