@@ -239,7 +239,7 @@ def test_kv_heads_neither_divisible_nor_multiple(models_dir):
     error_line(excinfo, "neither divides nor is a multiple of")
 
 
-def test_mla_rejected(tmp_path):
+def _mla_config(tmp_path, name: str, arch: str, **extra):
     from transformers import DeepseekV2Config
 
     cfg = DeepseekV2Config(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -248,12 +248,31 @@ def test_mla_rejected(tmp_path):
                            qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
                            n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
                            max_position_embeddings=512).to_dict()
-    cfg["architectures"] = ["DeepseekV2ForCausalLM"]
-    model = write_config(tmp_path / "dsv2", cfg)
+    cfg.update(architectures=[arch], **extra)
+    return write_config(tmp_path / name, cfg)
+
+
+@pytest.mark.core
+def test_mla_with_sp(tmp_path):
+    """MLA under SP (ulysses_mla; served: test_e2e_mla) builds, each GPU
+    attending with H/(TP*SP) query heads; DeepSeek-V3.2's sparse MLA (its
+    indexer) is refused in one line.  0.26.0 stays at its features and
+    refuses MLA, naming the release to build (core: its tier runs this)."""
+    model = _mla_config(tmp_path, "dsv2", "DeepseekV2ForCausalLM")
+    if VERSION == "0.26.0":
+        with pytest.raises(Exception) as excinfo:
+            engine_config(model, sequence_parallel_size=2)
+        line = error_line(excinfo, "needs vLLM 0.32 or newer")
+        assert "MLA attention" in line and "./build.sh --version 0.33.0" in line, line
+        return
+    cfg = engine_config(model, sequence_parallel_size=2)
+    assert cfg.model_config.use_mla and cfg.parallel_config.sequence_parallel_size == 2
+    sparse = _mla_config(tmp_path, "dsv32", "DeepseekV32ForCausalLM", index_topk=64,
+                         index_n_heads=4, index_head_dim=16)
     with pytest.raises(Exception) as excinfo:
-        engine_config(model, sequence_parallel_size=2)
-    line = error_line(excinfo, "does not support MLA attention")
-    assert "--prefill-context-parallel-size" in line, line
+        engine_config(sparse, sequence_parallel_size=2)
+    line = error_line(excinfo, "does not support sparse MLA attention")
+    assert "indexer" in line and "use -sp 1" in line, line
 
 
 def test_multimodal_off_the_list_rejected(tmp_path):

@@ -86,6 +86,20 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
                                           moe_intermediate_size=intermediate // 2,
                                           decoder_sparse_step=1, norm_topk_prob=True)
         cls = transformers.Qwen3MoeForCausalLM
+    elif arch == "deepseek_v3":
+        # Multi-head latent attention as DeepSeek-V3 and Kimi K2 have it: a
+        # q LoRA, one latent of 576 (512 + rope 64: the CPU decode kernel's
+        # only size) cached per token, the per-head keys and values from it
+        # (nope and v 64); a dense first layer, then MoE with a shared expert
+        # and grouped top-k (noaux_tc: score correction bias, two groups).
+        common.pop("head_dim")
+        cfg = transformers.DeepseekV3Config(
+            **common, kv_lora_rank=512, q_lora_rank=64, qk_rope_head_dim=64,
+            qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=experts,
+            num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=intermediate // 2,
+            first_k_dense_replace=1, n_group=2, topk_group=1, rope_scaling=None)
+        cfg.topk_method, cfg.scoring_func = "noaux_tc", "sigmoid"
+        cls = transformers.DeepseekV3ForCausalLM
     elif arch == "mixtral":
         cfg = transformers.MixtralConfig(**common, num_local_experts=experts,
                                          num_experts_per_tok=2)

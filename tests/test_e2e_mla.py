@@ -1,0 +1,70 @@
+"""Multi-head latent attention (MLA: DeepSeek-V3, Kimi K2) under SP and
+Shift on the real CPU engine, float32: every layout equals transformers on
+the workload, as TP=1 does.
+
+A tiny random DeepSeek-V3 (harness.models ``deepseek_v3``): q LoRA, a
+latent of 576 per token (the CPU decode kernel's only size), 4 query heads,
+a dense first layer, then MoE with a shared expert and grouped top-k.
+Upstream's own TP=2 is the spread, and it equals transformers too (it did
+not before the fix ``cpu-rope-rotates-strided-heads``: 0.78 in prompt
+logprobs with dense layers alone).  SP=2 attends with 2 heads a GPU over
+the gathered latent; Shift at TP=2 x SP=2 with expert parallelism runs its
+SP steps with one head a GPU and TP=2's projections, its decodes in full
+TP=4, over one latent cache, one of the 4 experts a GPU.
+
+The engine runs vLLM's reference CPU MLA backend (pinned: an AMX host would
+pick its AMX backend) with blocks of 16 (the decode kernel's); the CPU
+platform turns chunked prefill and the prefix cache off for MLA, so the
+workload's long prompt is one step and its later batches hit nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.compare import assert_same
+from harness.models import make_model
+from harness.workload import check_expert_placement, run
+
+pytestmark = pytest.mark.e2e
+
+MLA = dict(block_size=16, attention_config={"backend": "CPU_MLA"})
+
+
+@pytest.fixture(scope="module")
+def model(models_dir):
+    return make_model(models_dir, "deepseek_v3", heads=4, kv_heads=4, hidden=256)
+
+
+def test_upstream_tp2(model, family_ref):
+    assert_same(family_ref(model), run(model, tp=2, **MLA), what="DeepSeek-V3 TP=2 vs HF")
+
+
+def test_sp2(model, family_ref):
+    assert_same(family_ref(model), run(model, sp=2, **MLA), what="DeepSeek-V3 SP=2 vs HF")
+
+
+def test_shift_sp2(model, family_ref):
+    """Shift at SP=2 without EP: SP steps on TP=1's projections and MoE,
+    decodes in full TP=2 on views of the same weights."""
+    got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8, **MLA)
+    assert_same(family_ref(model), got, what="DeepSeek-V3 shift SP=2 vs HF")
+    check_modes(got, 2)
+
+
+def test_shift_tp2_sp2_expert_parallel(model, family_ref):
+    got = run(model, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8,
+              enable_expert_parallel=True, **MLA)
+    assert_same(family_ref(model), got, what="DeepSeek-V3 shift TP=2xSP=2 with EP vs HF")
+    check_modes(got, 4)
+    check_expert_placement(model, got, 4)
+
+
+def check_modes(r, world: int) -> None:
+    """Both modes served steps on every rank alike, and the full-TP model's
+    MLA layers hold the SP model's latent cache tensors."""
+    assert len(r.shift) == world, r.shift
+    for rank in r.shift:
+        assert rank["layers"] == 2 and rank["same_tensors"], rank
+        assert rank["served"]["sp"] >= 3 and rank["served"]["full_tp"] >= 10, rank
+    assert len({tuple(sorted(rank["served"].items())) for rank in r.shift}) == 1, r.shift
