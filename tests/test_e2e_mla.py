@@ -23,8 +23,10 @@ from __future__ import annotations
 import pytest
 
 from harness.compare import assert_same
+from harness.drafters import make_deepseek_mtp
+from harness.engine import run_engine
 from harness.models import make_model
-from harness.workload import check_expert_placement, run
+from harness.workload import LONG, PROMPTS, check_expert_placement, run
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +60,24 @@ def test_shift_tp2_sp2_expert_parallel(model, family_ref):
     assert_same(family_ref(model), got, what="DeepSeek-V3 shift TP=2xSP=2 with EP vs HF")
     check_modes(got, 4)
     check_expert_placement(model, got, 4)
+
+
+def test_mtp_under_shift(model, models_dir):
+    """DeepSeek's MTP layer (MLA and MoE) drafting k=1 for its target under
+    Shift at TP=2 x SP=2 with EP: the drafter's layer runs in the target's
+    layout (the SP exchange, or full TP in full-TP steps); tokens and the
+    drafted and accepted counts are TP=1's with the same MTP."""
+    mtp = make_deepseek_mtp(models_dir, model)
+    prompts = [([11, 12, 13, 14, 15] * 12)[:57], PROMPTS[1], [7, 8, 9], LONG]
+    kw = dict(MLA, max_tokens=16, max_num_seqs=8,
+              speculative_config=dict(method="mtp", num_speculative_tokens=1))
+    ref = run_engine(mtp, prompts, **kw)
+    got = run_engine(mtp, prompts, tp=2, sp=2, shift_parallel=True, shift_parallel_threshold=8,
+                     enable_expert_parallel=True, **kw)
+    assert_same(ref, got, what="DeepSeek MTP, TP=2xSP=2 shift with EP vs TP=1")
+    assert got.spec == ref.spec and ref.spec["accepted"] > 0, (got.spec, ref.spec)
+    served = [rank["served"] for rank in got.shift]
+    assert all(s["sp"] >= 1 and s["full_tp"] >= 10 for s in served), served
 
 
 def check_modes(r, world: int) -> None:

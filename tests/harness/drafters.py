@@ -208,3 +208,34 @@ def make_qwen3_next_mtp(root: Path, target: Path) -> Path:
         t[f"mtp.{n}.weight"] = torch.zeros(h)   # Qwen3-Next's norms scale by 1 + weight
     cfg["num_nextn_predict_layers"] = 1
     return _with_extra_layer(path, target, weights, t, cfg)
+
+
+def make_deepseek_mtp(root: Path, target: Path) -> Path:
+    """``target`` (a DeepSeek-V3 checkpoint of ``models``) with the MTP layer
+    DeepSeek-V3 ships (``model.layers.<L>.*``: ``enorm``, ``hnorm``,
+    ``eh_proj`` and ``shared_head`` around a decoder layer: MLA and MoE),
+    served with ``method: mtp``.  The layer is a copy of the target's last
+    one, so its shapes and MoE are the target's own, its outputs scaled down
+    and ``eh_proj`` picking the next token's embedding, so that some drafts
+    of this random model are accepted."""
+    import torch
+
+    path = Path(root) / f"{target.name}-mtp1"
+    if (path / "config.json").exists():
+        return path
+    cfg = json.loads((target / "config.json").read_text())
+    h, last = cfg["hidden_size"], cfg["num_hidden_layers"]
+    weights = _target_tensors(target)
+    src, p = f"model.layers.{last - 1}.", f"model.layers.{last}."
+    t = {p + k[len(src):]: v.clone() for k, v in weights.items() if k.startswith(src)}
+    eh = _small(h, 2 * h, seed=40)
+    eh[:, :h] += torch.eye(h)                # [embedding | hidden]: the embedding
+    t[p + "eh_proj.weight"] = eh
+    for k in [k for k in t if k.endswith(("o_proj.weight", "down_proj.weight"))]:
+        t[k] = t[k] * 0.05
+    t[p + "enorm.weight"] = torch.ones(h)
+    t[p + "hnorm.weight"] = torch.ones(h)
+    t[p + "shared_head.norm.weight"] = weights["model.norm.weight"].clone()
+    t[p + "shared_head.head.weight"] = weights["lm_head.weight"].clone()
+    cfg["num_nextn_predict_layers"] = 1
+    return _with_extra_layer(path, target, weights, t, cfg)
