@@ -2,7 +2,7 @@
 """docs/reliability.md's AMX reproduction, every layout of the hybrid tests
 at once: the suite's test hybrid (``harness.models.make_qwen3_next``, 4
 linear key heads) on the workload at TP=1, TP=2, TP=4, SP=2 and TP=2 x SP=2,
-each compared with TP=1 and with TP=4 (``harness.compare._agreeing``: per
+each compared with TP=1 and with TP=4 (``harness.compare.agreeing``: per
 prompt, the greedy tokens shared before the first that differs, and the
 largest logprob difference up to there).  What it settles on a host: whether
 upstream's TP=4 departs from TP=1 there (the AMX fault), and whether
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--models", type=Path, default=Path("/tmp/amx-repro-models"))
     args = ap.parse_args()
     sys.path.insert(0, str(args.tests.resolve()))
-    from harness.compare import _agreeing
+    from harness.compare import agreeing
     from harness.models import GDN, make_qwen3_next
     from harness.workload import run
 
@@ -52,7 +52,7 @@ def main() -> None:
         row = {"seconds": round(time.time() - start, 1), "tokens": r.tokens}
         for ref in ("tp1", "tp4"):
             if ref in runs and ref != name:
-                lengths, worst = _agreeing(runs[ref], r)
+                lengths, worst = agreeing(runs[ref], r)
                 row[f"vs_{ref}"] = {"same_tokens": r.tokens == runs[ref].tokens,
                                     "agreeing": lengths, "max_logprob_diff": round(worst, 4)}
         report["layouts"][name] = row
@@ -60,7 +60,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     if "tp4" in runs and "tp1" in runs:
-        lengths, worst = _agreeing(runs["tp1"], runs["tp4"])
+        lengths, worst = agreeing(runs["tp1"], runs["tp4"])
         print("docs/reliability.md's line (TP=4 vs TP=1):",
               runs["tp1"].tokens == runs["tp4"].tokens, (lengths, worst))
     sys.exit(1 if any("error" in row for row in report["layouts"].values()) else 0)

@@ -58,9 +58,9 @@ step amx_cpu bash -c "lscpu | tee '$amx/lscpu.txt'; echo; nproc; free -g
     if [[ \$flags == *amx_tile* ]]; then echo 'AMX: yes'; else echo 'AMX: NO'; fi; } | tee '$amx/amx.txt'"
 step amx_venv bash benchmarks/unpack_cpu_tests.sh "$cpu_parts" "$cpu_dest" "$amx/env.txt"
 step amx_repro_tp4 "${cpu[@]}" -c "from pathlib import Path; from harness.models import GDN, make_qwen3_next; \
-from harness.workload import run; from harness.compare import _agreeing; \
+from harness.workload import run; from harness.compare import agreeing; \
 m = make_qwen3_next(Path('/tmp/hybrid')); a = run(m, **GDN); b = run(m, tp=4, **GDN); \
-print(a.tokens == b.tokens, _agreeing(a, b))"
+print(a.tokens == b.tokens, agreeing(a, b))"
 step amx_pin "${pytest[@]}" test_cpu_path.py test_ulysses_unit.py test_ulysses_gdn.py \
   --junitxml="$amx/pin_units.xml"
 step amx_hybrid "${pytest[@]}" test_e2e_hybrid.py --junitxml="$amx/hybrid.xml"
