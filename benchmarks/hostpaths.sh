@@ -8,7 +8,7 @@
 : "${SITE_BEFORE:=/tmp/site-before}"  # ours before a speed change (stage.py --before), if staged
 : "${SITE_ARCTIC:=/tmp/site-arctic}"  # ArcticInference, a plugin over $SITE_OFFICIAL
 : "${BENCH_DIR:=/root/bench}"         # run.py: results in res/ (what a poll archives), models in models/
-: "${CKPT_DIR:=/root/ckpt}"           # sp_gpu.py: the seeded random checkpoint (15 GB at 8B)
+: "${CKPT_DIR:=/root/ckpt}"           # equivalence.py's seeded checkpoints, one folder a family
 export SITE_OFFICIAL SITE_OURS SITE_BEFORE SITE_ARCTIC BENCH_DIR CKPT_DIR
 # The hosts forbid NVLink multicast (a program that uses it can take the shared
 # GPUs out of service).  vLLM 0.26's FlashInfer all-reduce fusion (on by

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's work as one resumable run: the installs, then the steps of
 # a plan (a bash file of `step NAME COMMAND...` lines, e.g.
-# benchmarks/plans/two-gpu-shift.sh).  Each step leaves done.NAME in
+# benchmarks/plans/two-gpu.sh).  Each step leaves done.NAME in
 # $BENCH_DIR/res (hostpaths.sh: /root/bench/res) and is skipped when run again;
 # a poll returns everything as $OUT/res.tgz.
 #
@@ -69,6 +69,13 @@ case "$1" in
       exit 1
     fi
     step hw bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvidia-smi topo -m'
+    # shellcheck source=/dev/null
+    source "$plan"
+    echo "== all steps tried $(date +%T)" >> "$res/progress.log" ;;
+  cpu)        # a plan of the host's CPU alone (plans/amx-cpu-tests.sh): no GPU install
+    plan=$2
+    export CPU_PARTS=$3
+    cd "$here"
     # shellcheck source=/dev/null
     source "$plan"
     echo "== all steps tried $(date +%T)" >> "$res/progress.log" ;;

@@ -1,19 +1,6 @@
-# Issue 47, 4xH200 only (nvidia-h200-x4): the rows an 80 GB card cannot hold.  SP=4 gives every
-# GPU the whole 70B FP8 model (~68 GiB; Shift's full-TP views beside it), so SP=4, its Shift
-# (SP=4 <-> TP=4) and the peer's same two layouts are the H200 tier of four-gpu.sh (tier 4),
-# here on their own, the peer's included, beside TP=4 (targets: the best SP layout or Shift
-# >= 1.3x TP=4 on TTFT at 8k and 32k; Shift's TPOT at one user <= 1.05x TP=4; each of ours at
-# least as good as the peer's same layout on TTFT, TPOT and saturation).
-# Staged and started as four-gpu.sh is (its header; the peer's sdist included), run fresh or
-# RESUMEd from the last res.tgz; `beside` serves TP=4 again where a resumed lease left the
-# rows of one comparison on two.  Every server at --gpu-memory-utilization 0.85, as in the
-# head-to-head at TP=2xSP=2 (four-gpu-peer.sh: the peer did not start at vLLM's 0.92 there),
-# so both installs get the same memory.
-# Order: ours first (Shift SP=4, then TP=4: the TTFT target), then the peer's shift, then the
-# two plain SP=4 rows.  Minutes, from leases 10 and 13 (4xH200): staging ~4 + installs ~4.5
-# (the peer's build), Shift's start ~5.5, TP=4's ~3-5, the peer's ~7 (H100, lease 6); lat8k
-# and lat32k ~0.6 each, lat4k ~1, sat4k_500 ~3: the first lease ends about the peer's shift.
-# Report: BENCH_DIR=<res> python benchmarks/run.py report --shape 70b --tag sp4.
+# 70B FP8: SP=4 and its Shift against TP=4 and the peer's same layouts (issue 47)?
+# Kind: nvidia-h200-x4 only (an 80 GB card cannot hold SP=4).
+# Results: none yet.
 release 0.26.0 || return 0
 S=${PLAN_SHAPE:-70b}
 L="--shape $S --tag sp4"
