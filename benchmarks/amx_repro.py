@@ -8,10 +8,10 @@ largest logprob difference up to there).  What it settles on a host: whether
 upstream's TP=4 departs from TP=1 there (the AMX fault), and whether
 TP=2 x SP=2 computes exactly what TP=4 does (the per-rank-shape argument).
 
-Run it with the CPU test venv's Python (CUDA_VISIBLE_DEVICES empty), the
-staged tests/ as TESTS (its harness binds each rank's threads):
+Run it with the CPU test venv's Python (CUDA_VISIBLE_DEVICES empty) in the staged tests/,
+whose harness (of the staged release) then comes first on the path:
 
-    python benchmarks/amx_repro.py OUT.json --tests REPO/tests [--models DIR]
+    cd STAGED/tests && PYTHONPATH=REPO python -m benchmarks.amx_repro OUT.json [--models DIR]
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.compare import agreeing
+from harness.models import GDN, make_qwen3_next
+from harness.workload import run
+
 LAYOUTS = {"tp1": {}, "tp4": {"tp": 4}, "tp2": {"tp": 2}, "sp2": {"sp": 2},
            "tp2sp2": {"tp": 2, "sp": 2}}
 
@@ -30,13 +34,8 @@ LAYOUTS = {"tp1": {}, "tp4": {"tp": 4}, "tp2": {"tp": 2}, "sp2": {"sp": 2},
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--tests", type=Path, default=Path.cwd(), help="the tests/ folder")
     ap.add_argument("--models", type=Path, default=Path("/tmp/amx-repro-models"))
     args = ap.parse_args()
-    sys.path.insert(0, str(args.tests.resolve()))
-    from harness.compare import agreeing
-    from harness.models import GDN, make_qwen3_next
-    from harness.workload import run
 
     model = make_qwen3_next(args.models)
     runs, report = {}, {"layouts": {}}

@@ -225,15 +225,14 @@ class Server:
 
 
 def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
-    sys.path.insert(0, str(HERE))
-    import equivalence
+    from benchmarks import equivalence
 
     if not (ckpt / "tokenizer.json").exists():
         # In a process of its own: this one keeps no CUDA context on the GPUs
         # it then checks.  (A checkpoint written before equivalence.py wrote
         # tokenizers gets one beside it.)
-        subprocess.run([sys.executable, str(HERE / "equivalence.py"), "ckpt", "llama",
-                        str(ckpt)], check=True)
+        subprocess.run([sys.executable, "-m", "benchmarks.equivalence", "ckpt", "llama",
+                        str(ckpt)], cwd=HERE.parent, check=True)
         if not (ckpt / "tokenizer.json").exists():
             equivalence.write_tokenizer(ckpt)
     args, victim_tag = LAYOUTS[layout][gpus]

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The GPU equivalence suite: every model family at every layout, against TP=1.
 
-    python3 equivalence.py ckpt FAMILY DIR                write the seeded random checkpoint
-                                                          (and DIR-eagle3, DIR-mtp: its drafters)
-    python3 equivalence.py engine FAMILY DIR LAYOUT OUT   one engine, one JSON
-    python3 equivalence.py family FAMILY DIR OUTDIR L..   the layouts at once, one process each
-    python3 equivalence.py report OUTDIR [--md FILE]      distances, bounds, pass/fail
+    python3 -m benchmarks.equivalence ckpt FAMILY DIR      the seeded random checkpoint
+                                                           (and DIR-eagle3, DIR-mtp: its drafters)
+    python3 -m benchmarks.equivalence engine FAMILY DIR LAYOUT OUT   one engine, one JSON
+    python3 -m benchmarks.equivalence family FAMILY DIR OUTDIR L..   the layouts, a process each
+    python3 -m benchmarks.equivalence report OUTDIR [--md FILE]      distances, bounds, verdicts
 
 ``engine`` and ``family`` take ``--cpu``: the same checkpoints and code path
 on vLLM's CPU engine (eager, bfloat16, shorter prompts, one layout at a
@@ -73,11 +73,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fused_graphs import fused_graphs, summary
+from benchmarks.fused_graphs import fused_graphs, summary
 
 # Never NVLink multicast on these hosts (hostpaths.sh says why): FlashInfer's
 # fused all-reduce takes the workspace vLLM falls back to without multicast.
 os.environ.setdefault("VLLM_FLASHINFER_ALLREDUCE_BACKEND", "trtllm")
+ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 32000
 # family -> (transformers config class, model class, config kwargs, notes)
 FAMILIES: dict[str, dict] = {
@@ -919,8 +920,8 @@ def _launch(family: str, ckpt: Path, outdir: Path, todo: list[str], timeout: int
         # Its own session: a hung engine is killed with its workers, which
         # would otherwise hold their GPUs through the families after it.
         procs[layout] = (subprocess.Popen(
-            [sys.executable, __file__, "engine", family, str(ckpt), layout, str(out),
-             *(["--cpu"] if cpu else [])],
+            [sys.executable, "-m", "benchmarks.equivalence", "engine", family, str(ckpt), layout,
+             str(out), *(["--cpu"] if cpu else [])], cwd=ROOT,
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True), log)
         if cpu and not _wait(procs[layout][0], deadline):
             hung.add(layout)

@@ -6,8 +6,8 @@ per layer each way at ~165 GB/s, at a 256-sequence decode it is 64 small
 latency-bound calls per step).  The fastest correct one is wanted before the
 model's exchange is changed.
 
-    python3 benchmarks/exchange_bench.py [--out DIR]          # 2 GPUs
-    python3 benchmarks/exchange_bench.py --device cpu          # dry run (gloo)
+    python3 -m benchmarks.exchange_bench [--out DIR]          # 2 GPUs
+    python3 -m benchmarks.exchange_bench --device cpu          # dry run (gloo)
 
 Ways (each checked for the right blocks before it is timed):
   pynccl      ours today: vLLM's NCCL communicator, grouped send/recv, plus a

@@ -23,11 +23,11 @@ gpu_mib() {
 # ANCHOR's need not (it is served again: a workload added to the comparison later).
 beside() {
   local tag=$1 anchor=$2 w=$3; shift 3
-  if python3 benchmarks/run.py leases "$anchor" "$@" $L --workloads "$w"; then
+  if python3 -m benchmarks.run leases "$anchor" "$@" $L --workloads "$w"; then
     echo "beside: $anchor and $* share a lease"; return 0
   fi
   local new w1 missing="" serve=("$anchor") to=$BENCH_DIR/res/$S-$tag from=$BENCH_DIR/res/$S
-  if [[ -d $to ]] && python3 benchmarks/run.py leases "$anchor" "$@" $L --tag "$tag" \
+  if [[ -d $to ]] && python3 -m benchmarks.run leases "$anchor" "$@" $L --tag "$tag" \
       --workloads "$w"; then
     echo "beside: $anchor and $* share a lease in $S-$tag"; return 0
   fi
@@ -42,7 +42,7 @@ beside() {
     echo "beside: missing$missing: nothing served beside $anchor"; return 1
   fi
   [[ -n $missing ]] && echo "beside (dry): no rows yet; should they end on two leases:"
-  if python3 benchmarks/run.py leases "$@" $L --workloads "$w" --this-lease; then
+  if python3 -m benchmarks.run leases "$@" $L --workloads "$w" --this-lease; then
     echo "beside: $* ran on this lease: their rows are copied to $to"
     if [[ ${BENCH_DRY_RUN:-} != 1 ]]; then
       mkdir -p "$to"
@@ -55,7 +55,7 @@ beside() {
     serve+=("$@")
   fi
   # shellcheck disable=SC2086   # $L is words
-  python3 benchmarks/run.py layout "${serve[@]}" $L --tag "$tag" --workloads "$w" \
+  python3 -m benchmarks.run layout "${serve[@]}" $L --tag "$tag" --workloads "$w" \
     ${SERVE_ARGS:+--serve-args "$SERVE_ARGS"}
 }
 
@@ -68,7 +68,7 @@ fused_equivalence() {
   export EQ_GPU_UTIL=0.06
   eq() {   # STEP FAMILY LAYOUT...
     local name=$1 fam=$2; shift 2
-    step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+    step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
       "$CKPT_DIR/$fam" "$res/equiv-fused" "$@" --timeout 900
   }
   # shellcheck disable=SC2086   # the layouts are words
@@ -77,7 +77,7 @@ fused_equivalence() {
   # shellcheck disable=SC2086
   eq eq_qwen3_moe qwen3_moe $layouts &
   wait
-  step eq_report python3 benchmarks/equivalence.py report "$res/equiv-fused" \
+  step eq_report python3 -m benchmarks.equivalence report "$res/equiv-fused" \
     --md "$res/equiv-fused/report.md"
 }
 
@@ -89,12 +89,12 @@ note() {
 # reports: run.py's report of the shape's result set and of each tagged set beside it.
 reports() {
   local d rc=0
-  python3 benchmarks/run.py report $L > /dev/null && echo "report: $BENCH_DIR/res/$S/report.md" \
+  python3 -m benchmarks.run report $L > /dev/null && echo "report: $BENCH_DIR/res/$S/report.md" \
     || rc=1
   for d in "$BENCH_DIR/res/$S"-*/; do
     [[ -d $d ]] || continue
     d=${d%/}
-    python3 benchmarks/run.py report $L --tag "${d##*/$S-}" > /dev/null \
+    python3 -m benchmarks.run report $L --tag "${d##*/$S-}" > /dev/null \
       && echo "report: $d/report.md" || rc=1
   done
   return $rc

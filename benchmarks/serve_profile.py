@@ -7,7 +7,7 @@ a server really runs (prefill chunks mixed with decodes, Shift switching
 models, host work between steps), so this reads the trace vLLM's own
 profiler writes when `run.py` serves a `prof_<workload>` (see there).
 
-    python3 benchmarks/serve_profile.py TRACE.pt.trace.json.gz [--layout NAME]
+    python3 -m benchmarks.serve_profile TRACE.pt.trace.json.gz [--layout NAME]
 
 What it reports, for the window and per (step kind, model) group:
 - steps and their tokens: vLLM annotates each step with its prefill
@@ -33,11 +33,9 @@ import argparse
 import bisect
 import json
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_profile import CATEGORIES, category, load_trace  # noqa: E402
+from benchmarks.step_profile import CATEGORIES, category, load_trace
 
 STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")

@@ -94,7 +94,7 @@ case "$1" in
       local name=$1; shift
       if [[ -f "$res/done.$name" ]]; then echo "== $name: done already"; return 0; fi
       echo "== $name: $*"
-      if [[ " $* " == *" benchmarks/run.py "* ]] || declare -F "$1" > /dev/null; then
+      if [[ " $* " == *" -m benchmarks.run "* ]] || declare -F "$1" > /dev/null; then
         "$@" || echo "!! $name: exit $?"
       fi
     }

@@ -27,10 +27,10 @@ stages it as ``ours-before.tar.gz``, which ``host-setup.sh`` lays out as
 ``$SITE_BEFORE``; its rows are run.py's ``*_before`` layouts, or any tool
 under ``PYTHONPATH=$SITE_BEFORE``.
 
-    ./build.sh && python3 benchmarks/stage.py [OUTDIR]   (the pin; default .gpuhost-<pin>)
+    ./build.sh && python3 -m benchmarks.stage [OUTDIR]   (the pin; default .gpuhost-<pin>)
     ./build.sh --version 0.26.0 \
-        && python3 benchmarks/stage.py --vllm-version 0.26.0       (default .gpuhost-0.26.0)
-    python3 benchmarks/stage.py --vllm-version 0.26.0 --before a7f5176
+        && python3 -m benchmarks.stage --vllm-version 0.26.0       (default .gpuhost-0.26.0)
+    python3 -m benchmarks.stage --vllm-version 0.26.0 --before a7f5176
                                             (+ ours-before.tar.gz: ours at a7f5176)
 """
 
@@ -88,8 +88,8 @@ def bundle(official: Path, version: str, out: Path) -> tuple[int, int]:
     out/bundle.sha256; returns (parts, bytes).  The tar goes through a file,
     not memory: with a new torch it is several GB."""
     deps = CACHE / f"user-env-{version}"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "user_env.py"), str(official),
-                    str(deps)], check=True)
+    subprocess.run([sys.executable, "-m", "benchmarks.user_env", str(official), str(deps)],
+                   cwd=ROOT, check=True)
     size = part_bytes()
     tar_path = out / "bundle.tar"
     with tarfile.open(tar_path, mode="w") as tar:
@@ -224,7 +224,6 @@ def main() -> None:
               f"{out / 'ours-before.tar.gz'}")
         extras.append("ours-before.tar.gz")
     if version == ARCTIC_VLLM:
-        sys.path.insert(0, str(ROOT / "scripts"))
         from build import fetch  # pip download through the tools venv, checked against the pin
         name, filename, sha = ARCTIC
         sdist = fetch(name, filename, {filename: sha}, CACHE, ROOT / "patches" / f"v{version}",

@@ -31,7 +31,7 @@ user_env.py does (``six``, ``setuptools``).  After downloading, the set is
 resolved again with ``--no-index`` from the staged wheels and the stubs
 alone: the staging fails unless that gives exactly the same packages.
 
-    python3 benchmarks/stage_cpu_tests.py [OUTDIR]      (default .gpuhost-cpu)
+    python3 -m benchmarks.stage_cpu_tests [OUTDIR]      (default .gpuhost-cpu)
         [--lock FILE | --no-lock] [--ray] [--build]
     -> OUTDIR/part00.., bundle.sha256, unpack_cpu_tests.sh
 """
@@ -53,12 +53,11 @@ import urllib.parse
 import zipfile
 from pathlib import Path
 
+from benchmarks.stage import cut_parts, part_bytes
+from benchmarks.user_env import IMAGE, TARGET, _host_only, _norm, download, sha256_file
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-# What the working tree leaves of a call; the host's picture, pip's target, the cache.
-from stage import cut_parts, part_bytes  # noqa: E402
-from user_env import IMAGE, TARGET, _host_only, _norm, download, sha256_file  # noqa: E402
 
 # The release staged: the one whose torch (2.11) the host's image holds, not the pin.
 RELEASE = "0.26.0"

@@ -4,8 +4,8 @@ attention, each collective, copies, sampling, launch gaps) of one long
 prefill step and one large decode step, per layout.  Profile first, then
 optimise: this is the evidence the SP speed work starts from.
 
-    python3 benchmarks/step_profile.py --layout tp1 sp2 tp2 [--shape 8b] [--out DIR]
-    python3 benchmarks/step_profile.py --report [--out DIR]      # table only
+    python3 -m benchmarks.step_profile --layout tp1 sp2 tp2 [--shape 8b] [--out DIR]
+    python3 -m benchmarks.step_profile --report [--out DIR]      # table only
 
 Each layout runs in its own process (an engine per process, as users run
 it): vLLM's offline engine with dummy weights, steps driven one at a time
@@ -27,21 +27,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 LAYOUTS = {"tp1": dict(tensor_parallel_size=1), "tp2": dict(tensor_parallel_size=2),
            "sp2": dict(sequence_parallel_size=2), "tp4": dict(tensor_parallel_size=4),
            "tp2_sp2": dict(tensor_parallel_size=2, sequence_parallel_size=2),
            "sp4": dict(sequence_parallel_size=4),
            # SP=2 <-> TP=2 at the default threshold: a prefill step runs the SP
            # model, a decode step of <= 256 sequences the full-TP model
-           "shift": dict(sequence_parallel_size=2, shift_parallel=True),
-           # CUDA graphs up to 1024 tokens (vLLM's default stops at 512): is
-           # the 1k prefill launch-bound only because it runs eager?
-           "tp1_graphs1024": dict(tensor_parallel_size=1,
-                                  compilation_config={"max_cudagraph_capture_size": 1024}),
-           "sp2_graphs1024": dict(sequence_parallel_size=2,
-                                  compilation_config={"max_cudagraph_capture_size": 1024})}
+           "shift": dict(sequence_parallel_size=2, shift_parallel=True)}
 
 # First match wins; names are CUDA kernel names (or CPU op names in a dry run).
 CATEGORIES = [
@@ -107,8 +99,9 @@ def load_trace(path: Path) -> dict:
 
 def child(layout: str, shape: str, device: str, out: Path, prefill: int, decode: int) -> None:
     """One layout in this process: a prefill step and a decode step."""
-    from run import write_model
     from vllm import LLM, SamplingParams
+
+    from benchmarks.shapes import write_model
 
     model = write_model(out / "model", shape)
     traces = out / "traces" / layout
@@ -228,11 +221,12 @@ def main() -> None:
         if all((args.out / f"{layout}-{p}.json").exists() for p in ("prefill", "decode")):
             print(f"step_profile.py: {layout} done already", flush=True)
             continue
-        cmd = [sys.executable, __file__, "--child", layout, "--shape", args.shape,
-               "--device", args.device, "--out", str(args.out), "--prefill", str(args.prefill),
-               "--decode", str(args.decode)]
+        cmd = [sys.executable, "-m", "benchmarks.step_profile", "--child", layout,
+               "--shape", args.shape, "--device", args.device, "--out", str(args.out),
+               "--prefill", str(args.prefill), "--decode", str(args.decode)]
         with open(args.out / f"{layout}.log", "w") as log:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=Path(__file__).resolve().parent.parent).returncode
         print(f"step_profile.py: {layout} exit {rc} (log {args.out / (layout + '.log')})",
               flush=True)
     print(report(args.out))

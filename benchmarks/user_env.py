@@ -28,7 +28,7 @@ checked against the sha256 pip's report gives for it and kept in the build's
 download cache ($VLLM_SP_CACHE/downloads, as ``build.sh`` keeps its own), so a
 re-run with the same inputs downloads nothing.
 
-    python3 benchmarks/user_env.py WHEEL OUTDIR
+    python3 -m benchmarks.user_env WHEEL OUTDIR
         -> OUTDIR/*.whl, OUTDIR/lock.txt, OUTDIR/SHA256SUMS
 """
 
@@ -46,9 +46,9 @@ import urllib.parse
 import zipfile
 from pathlib import Path
 
+from build import sha256_file  # the build's own, for the same download cache
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "scripts"))
-from build import sha256_file  # noqa: E402  (the build's own, for the same download cache)
 
 IMAGE = HERE / "host" / "image-cp312.json"
 DOWNLOADS = Path(os.environ.get("VLLM_SP_CACHE", Path.home() / ".cache" / "vllm-sp")) / "downloads"

@@ -1,9 +1,14 @@
 """The overlay modules form layers: no module is imported, at any depth,
 by a module it imports (function-level imports included), and the core,
 ``ulysses.py`` (groups, exchange, head arithmetic, token slices), imports
-no other overlay module.  Read from the source: nothing is imported."""
+no other overlay module.  So do the GPU harness (benchmarks/), the build's
+scripts (scripts/) and the test harness; benchmarks/ sets its import path
+in one place only (its ``__init__``).  Read from the source: nothing is
+imported."""
 
 from __future__ import annotations
+
+import ast
 
 import pytest
 
@@ -21,6 +26,31 @@ def test_no_import_circles():
     assert CORE in graph and len(graph) > 1, sorted(graph)
     found = circles(graph)
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("root, under, one", [(REPO, "benchmarks", "benchmarks.run"),
+                                               (REPO / "scripts", "", "build"),
+                                               (REPO / "tests", "harness", "harness.engine")])
+def test_no_import_circles_elsewhere(root, under, one):
+    graph = overlay_imports(root, under)
+    assert one in graph and any(graph.values()), sorted(graph)
+    found = circles(graph)
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_benchmarks_set_their_path_in_one_place():
+    """`python3 -m benchmarks.X` from the repository root is the one way in: no module of
+    benchmarks/ but its ``__init__`` changes ``sys.path``."""
+    changed = []
+    for path in sorted((REPO / "benchmarks").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                what = [node.func.value]                 # sys.path.insert(...), .append(...)
+            else:
+                what = getattr(node, "targets", [getattr(node, "target", None)])
+            if any(w is not None and ast.unparse(w).startswith("sys.path") for w in what):
+                changed.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert changed and all(c.startswith("benchmarks/__init__.py:") for c in changed), changed
 
 
 def test_core_imports_no_overlay_module():

@@ -26,5 +26,6 @@ step amx_hybrid "${pytest[@]}" test_e2e_hybrid.py --junitxml="$amx/hybrid.xml"
 step amx_qwen3_5 "${pytest[@]}" test_e2e_families.py -k qwen3_5 --junitxml="$amx/qwen3_5.xml"
 step amx_spec_hybrid "${pytest[@]}" test_e2e_spec.py -k hybrid --junitxml="$amx/spec_hybrid.xml"
 step amx_gpt_oss "${pytest[@]}" test_e2e_families.py -k gpt_oss --junitxml="$amx/gpt_oss.xml"
-step amx_repro_layouts "${cpu[@]}" "$here/benchmarks/amx_repro.py" "$amx/repro.json" \
-  --tests "$tests" --models "$models/repro"
+step amx_repro_layouts env -C "$tests" PYTHONPATH="$here" CUDA_VISIBLE_DEVICES= \
+  SP_TEST_MODELS="$models" timeout 1500 "$vpy" -m benchmarks.amx_repro "$amx/repro.json" \
+  --models "$models/repro"

@@ -10,12 +10,12 @@ MEM="--gpu-memory-utilization 0.85"
 [[ $S == tiny ]] && W=lat8k WD=lat8k
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
+step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup --shape $S
 if [[ $S != tiny ]]; then
   # NCCL says why, should the peer's start fail again
-  step arctic_shift env NCCL_DEBUG=WARN python3 benchmarks/run.py layout \
+  step arctic_shift env NCCL_DEBUG=WARN python3 -m benchmarks.run layout \
     arctic_shift_tp2_sp2_fp8 $L --workloads $W --serve-args "$MEM"
 fi
-step shift python3 benchmarks/run.py layout shift_tp2_sp2_fp8 $L --workloads $W --serve-args "$MEM"
-step dp python3 benchmarks/run.py layout dp2_tp2_fp8 $L --workloads $WD --serve-args "$MEM"
-step report python3 benchmarks/run.py report $L
+step shift python3 -m benchmarks.run layout shift_tp2_sp2_fp8 $L --workloads $W --serve-args "$MEM"
+step dp python3 -m benchmarks.run layout dp2_tp2_fp8 $L --workloads $WD --serve-args "$MEM"
+step report python3 -m benchmarks.run report $L

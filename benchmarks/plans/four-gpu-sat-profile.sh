@@ -10,9 +10,9 @@ W5=prof5_sat4k_500
 [[ $S == tiny ]] && W=sat,prof_sat WT=prof2_sat,prof_sat W5=prof2_sat L="$L --profile-after 3"
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
-step shift python3 benchmarks/run.py layout shift_tp2_sp2_fp8 $L --workloads $W
-step dp python3 benchmarks/run.py layout dp2_tp2_fp8 $L --workloads $W
-step tp4 python3 benchmarks/run.py layout tp4_fp8 $L --workloads $WT
-step shift5 python3 benchmarks/run.py layout shift_tp2_sp2_fp8 $L --workloads $W5
-step report python3 benchmarks/run.py report $L
+step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup --shape $S
+step shift python3 -m benchmarks.run layout shift_tp2_sp2_fp8 $L --workloads $W
+step dp python3 -m benchmarks.run layout dp2_tp2_fp8 $L --workloads $W
+step tp4 python3 -m benchmarks.run layout tp4_fp8 $L --workloads $WT
+step shift5 python3 -m benchmarks.run layout shift_tp2_sp2_fp8 $L --workloads $W5
+step report python3 -m benchmarks.run report $L

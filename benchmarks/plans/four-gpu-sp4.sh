@@ -14,17 +14,17 @@ source "$here/benchmarks/plan-lib.sh"
 if [[ $S != tiny ]] && (( $(gpu_mib) < 100000 )); then
   note "== four-gpu-sp4.sh needs H200s: the smallest GPU has $(gpu_mib) MiB, < 100000: nothing run"
 else
-  step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
-  step shift_sp4 python3 benchmarks/run.py layout shift_sp4$q $L --workloads $W --serve-args "$SERVE_ARGS"
-  step tp4 python3 benchmarks/run.py layout tp4$q $L --workloads $W --serve-args "$SERVE_ARGS"
+  step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup --shape $S
+  step shift_sp4 python3 -m benchmarks.run layout shift_sp4$q $L --workloads $W --serve-args "$SERVE_ARGS"
+  step tp4 python3 -m benchmarks.run layout tp4$q $L --workloads $W --serve-args "$SERVE_ARGS"
   step shift_tp4 beside sp4b shift_sp4$q $W tp4$q
   if [[ $S != tiny ]]; then
-    step arctic_shift env NCCL_DEBUG=WARN python3 benchmarks/run.py layout \
+    step arctic_shift env NCCL_DEBUG=WARN python3 -m benchmarks.run layout \
       arctic_shift_sp4_fp8 $L --workloads $W --serve-args "$SERVE_ARGS"
     step shift_peer beside sp4p shift_sp4_fp8 $W arctic_shift_sp4_fp8
   fi
-  step sp4 python3 benchmarks/run.py layout sp4$q $L --workloads $WS --serve-args "$SERVE_ARGS"
-  [[ $S != tiny ]] && step arctic_sp4 env NCCL_DEBUG=WARN python3 benchmarks/run.py layout \
+  step sp4 python3 -m benchmarks.run layout sp4$q $L --workloads $WS --serve-args "$SERVE_ARGS"
+  [[ $S != tiny ]] && step arctic_sp4 env NCCL_DEBUG=WARN python3 -m benchmarks.run layout \
     arctic_sp4_fp8 $L --workloads $WS --serve-args "$SERVE_ARGS"
 fi
 step report reports

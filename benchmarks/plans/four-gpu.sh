@@ -12,26 +12,26 @@ WK=lat4k,burst1,sat4k_500                 # the FP8 KV cache
 [[ $S == tiny ]] && W=lat8k,burst1 WP=lat8k WD=burst1 WK=burst1
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup $L
+step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup $L
 # tier 1: Shift and TP=4 (TTFT 8k-32k >= 1.3x, TPOT <= 1.05x, saturation >= 1.2x, bursty)
-step shift python3 benchmarks/run.py layout shift_tp2_sp2_fp8 $L --workloads $W
-step tp4 python3 benchmarks/run.py layout tp4_fp8 $L --workloads $W
+step shift python3 -m benchmarks.run layout shift_tp2_sp2_fp8 $L --workloads $W
+step tp4 python3 -m benchmarks.run layout tp4_fp8 $L --workloads $W
 step shift_tp4 beside tp4 shift_tp2_sp2_fp8 $W tp4_fp8
 step report1 reports
 # tier 2: the peer's shift at the same layout (ours at least as good on TTFT, TPOT, saturation)
 if [[ $S != tiny ]]; then
-  step arctic_shift python3 benchmarks/run.py layout arctic_shift_tp2_sp2_fp8 $L --workloads $W
+  step arctic_shift python3 -m benchmarks.run layout arctic_shift_tp2_sp2_fp8 $L --workloads $W
   step shift_peer beside peer shift_tp2_sp2_fp8 $WP arctic_shift_tp2_sp2_fp8
 fi
 # tier 3: DP=2xTP=2 (saturation >= 0.9x DP; bursty medians below DP's)
-step dp python3 benchmarks/run.py layout dp2_tp2_fp8 $L --workloads $W
+step dp python3 -m benchmarks.run layout dp2_tp2_fp8 $L --workloads $W
 step shift_dp beside dp shift_tp2_sp2_fp8 $WD dp2_tp2_fp8
 step report2 reports
 # tier 4 (SP=4, H200 only) is four-gpu-sp4.sh; tier 5: one Poisson rate near TP=4's knee in a
 # set of its own, then the FP8 KV cache
 R=q4k_4
 [[ $S == tiny ]] && R=q4k_1
-step rate python3 benchmarks/run.py layout shift_tp2_sp2_fp8 tp4_fp8 $L --tag rate --workloads $R
-step fp8kv python3 benchmarks/run.py layout shift_tp2_sp2_fp8kv tp4_fp8kv $L --tag fp8kv \
+step rate python3 -m benchmarks.run layout shift_tp2_sp2_fp8 tp4_fp8 $L --tag rate --workloads $R
+step fp8kv python3 -m benchmarks.run layout shift_tp2_sp2_fp8kv tp4_fp8kv $L --tag fp8kv \
   --workloads $WK
 step report4 reports

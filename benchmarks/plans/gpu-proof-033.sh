@@ -21,7 +21,7 @@ dead_gpus=2; (( gpus >= 4 )) && dead_gpus=4
 
 eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
   local name=$1 fam=$2; shift 2
-  step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+  step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
     "$CKPT_DIR/$fam" "$res/equiv" "$@" --timeout 900
 }
 
@@ -48,20 +48,20 @@ wait
 if (( gpus >= 2 )); then
   for lay in shift tp; do   # alone: it reads every GPU's memory
     site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
-    step "dead_rank_$lay" env PYTHONPATH="$site" python3 benchmarks/dead_rank.py "$lay" \
+    step "dead_rank_$lay" env PYTHONPATH="$site" python3 -m benchmarks.dead_rank "$lay" \
       --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json" --gpus "$dead_gpus"
   done
 fi
-step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
+step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
 
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup $L
+step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup $L
 # A B B A as one step: the four rows are one comparison, so a lease ending inside it serves
 # all four again on the next (`beside`), rather than pairs of two leases
-step sp1 python3 benchmarks/run.py layout tp1_ours_s1 tp1_s1 tp1_s2 tp1_ours_s2 $L --workloads $W
+step sp1 python3 -m benchmarks.run layout tp1_ours_s1 tp1_s1 tp1_s2 tp1_ours_s2 $L --workloads $W
 step sp1_lease beside sp1 tp1_ours_s1 $W tp1_s1 tp1_s2 tp1_ours_s2
 step report1 reports
 if (( gpus >= 2 )); then
-  step shift python3 benchmarks/run.py layout shift tp2 dp2 $L --workloads $W2
+  step shift python3 -m benchmarks.run layout shift tp2 dp2 $L --workloads $W2
   step shift_tp2 beside tp2 shift $W2 tp2 dp2
   step report2 reports
 fi

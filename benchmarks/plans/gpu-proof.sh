@@ -10,7 +10,7 @@ export EQ_GPU_UTIL=0.06
 
 eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
   local name=$1 fam=$2; shift 2
-  step "$name" env PYTHONPATH="$SITE_OURS" python3 benchmarks/equivalence.py family "$fam" \
+  step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
     "$CKPT_DIR/$fam" "$res/equiv" "$@" --timeout 900
 }
 
@@ -42,10 +42,10 @@ group_wait
 for lay in shift tp; do   # once per results folder
   site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
   [[ -f "$res/dead_rank/$lay.json" ]] || step "dead_rank_$lay" env PYTHONPATH="$site" \
-    python3 benchmarks/dead_rank.py "$lay" --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json"
+    python3 -m benchmarks.dead_rank "$lay" --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/$lay.json"
 done
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
 for fam in qwen3 qwen3_vl gemma3_vl qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 group_wait
-step eq_report python3 benchmarks/equivalence.py report "$res/equiv" --md "$res/equiv/report.md"
+step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
 if [[ -n $amx_pid ]]; then wait "$amx_pid"; fi

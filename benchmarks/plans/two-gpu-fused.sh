@@ -10,12 +10,12 @@ W=lat4k,lat8k
 source "$here/benchmarks/plan-lib.sh"
 [[ $S != tiny ]] && fused_equivalence "tp1 tp2 shift" "tp1+draft tp2+draft shift+draft" \
   "tp1+draft32 tp2+draft32 shift+draft32"
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
+step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup --shape $S
 # TP=2's first server and Shift's also trace one user's decode steps (prof2_lat4k): if Shift's
 # TPOT misses, the kernels of a step of each say where
 for lay in tp2 shift shift_before tp2_again; do
   w=$W
   [[ $S != tiny && ( $lay == tp2 || $lay == shift ) ]] && w=$W,prof2_lat4k
-  step "$lay" python3 benchmarks/run.py layout "$lay" $L --workloads $w
+  step "$lay" python3 -m benchmarks.run layout "$lay" $L --workloads $w
 done
 step report reports

@@ -12,15 +12,15 @@ WB=sat4k,burst1                            # the ratios `beside` keeps on one le
   L="$L --profile-after 3"
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup --shape $S
-step shift python3 benchmarks/run.py layout shift $L --workloads $W
-step dp2 python3 benchmarks/run.py layout dp2 $L --workloads $W
+step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup --shape $S
+step shift python3 -m benchmarks.run layout shift $L --workloads $W
+step dp2 python3 -m benchmarks.run layout dp2 $L --workloads $W
 step shift_dp beside sat-dp shift $WB dp2
-step tp2 python3 benchmarks/run.py layout tp2 $L --workloads $W
+step tp2 python3 -m benchmarks.run layout tp2 $L --workloads $W
 step shift_tp2 beside sat-tp2 shift $WB tp2
 step report1 reports
 if [[ $S != tiny ]]; then
-  step arctic_shift python3 benchmarks/run.py layout arctic_shift $L --workloads $WP
+  step arctic_shift python3 -m benchmarks.run layout arctic_shift $L --workloads $WP
   step shift_peer beside sat-peer shift $WB arctic_shift
 fi
 step report2 reports

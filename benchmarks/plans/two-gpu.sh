@@ -11,18 +11,18 @@ WD=burst1,sat4k                            # vs DP: saturation, the bursty trace
 [[ $S == tiny ]] && W=lat8k,burst1 WP=lat8k WD=burst1
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
-step model env PYTHONPATH=$SITE_OFFICIAL python3 benchmarks/run.py setup $L
-step shift python3 benchmarks/run.py layout shift $L --workloads $W
-step tp2 python3 benchmarks/run.py layout tp2 $L --workloads $W
+step model env PYTHONPATH=$SITE_OFFICIAL python3 -m benchmarks.run setup $L
+step shift python3 -m benchmarks.run layout shift $L --workloads $W
+step tp2 python3 -m benchmarks.run layout tp2 $L --workloads $W
 step shift_tp2 beside tp2 shift $W tp2
 step report1 reports
 if [[ $S != tiny ]]; then
-  step arctic_shift python3 benchmarks/run.py layout arctic_shift $L --workloads $W
+  step arctic_shift python3 -m benchmarks.run layout arctic_shift $L --workloads $W
   step shift_peer beside peer shift $WP arctic_shift
 fi
-step dp2 python3 benchmarks/run.py layout dp2 $L --workloads $W
+step dp2 python3 -m benchmarks.run layout dp2 $L --workloads $W
 step shift_dp beside dp shift $WD dp2
 step report2 reports
 # if time is left: the GPU soak (1200 mixed requests at 256 users, 10% cancelled), its own set
-step soak python3 benchmarks/run.py layout shift $L --tag soak --workloads soak
+step soak python3 -m benchmarks.run layout shift $L --tag soak --workloads soak
 step report3 reports

@@ -15,6 +15,6 @@ conftest's fixtures by name).
 * ``net``      - free loopback ports
 * ``cpu_path`` - the AVX2 kernel path every test process runs on, any x86 host
   (conftest pins it)
-* ``imports``  - which overlay modules each overlay module imports (read
-  from the source), and the import circles among them
+* ``imports``  - which modules each module of a tree imports (read from the
+  source), and the import circles among them
 """

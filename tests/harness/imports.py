@@ -1,6 +1,6 @@
-"""Which overlay modules each overlay module imports, read from the source
-(no import runs): every ``import`` and ``from ... import`` in the file,
-at module level, inside functions and under ``TYPE_CHECKING`` alike.
+"""Which modules each module of a tree imports (the overlay's, benchmarks/, scripts/, the
+test harness), read from the source (no import runs): every ``import`` and ``from ...
+import`` in the file, at module level, inside functions and under ``TYPE_CHECKING`` alike.
 
 Why every level: a function-level import is how an import circle hides --
 it runs later, so nothing fails at import time, but the two modules are
@@ -35,9 +35,11 @@ def _imported(node: ast.AST, file_module: str, is_pkg: bool) -> list[str]:
     return [base] + [f"{base}.{a.name}" for a in node.names if a.name != "*"]
 
 
-def overlay_imports(overlay: Path) -> dict[str, set[str]]:
-    """Overlay module -> the overlay modules its source imports."""
-    files = {module_name(overlay, p): p for p in sorted(overlay.rglob("*.py"))}
+def overlay_imports(overlay: Path, under: str = "") -> dict[str, set[str]]:
+    """Module -> the modules its source imports, of those under ``overlay / under``, each
+    named from ``overlay`` (the folder its imports start from: ``overlay/`` for
+    ``vllm.distributed.ulysses``, the repository for ``benchmarks.run``)."""
+    files = {module_name(overlay, p): p for p in sorted((overlay / under).rglob("*.py"))}
     graph = {}
     for name, path in files.items():
         tree = ast.parse(path.read_text(), str(path))
