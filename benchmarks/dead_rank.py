@@ -2,7 +2,7 @@
 """Issue 32's dead rank on GPUs: SIGKILL one worker of a real `vllm serve`
 while requests stream, and hold the server to what upstream promises at TP.
 
-    python3 dead_rank.py LAYOUT --ckpt DIR --out FILE.json [--gpus N] [--cpu]
+    python3 -m benchmarks.dead_rank LAYOUT --ckpt DIR --out FILE.json [--gpus N] [--cpu]
 
 LAYOUT ``shift``: `-tp 2 -sp 2 --shift-parallel` on 4 GPUs, `-sp 2
 --shift-parallel` on 2; ``tp``: plain `-tp 4`, or `-tp 2` on 2 GPUs (the same
@@ -10,19 +10,19 @@ world size).  The checkpoint is equivalence.py's seeded Llama (written there
 if missing, with its generated tokenizer, so the server detokenizes).  The
 server runs at vLLM's defaults (compile, CUDA graphs) as a user starts it.
 
-What happens: six streams with short prompts decode (each asks for far more
-tokens than the kill leaves them time for), then a long prompt is streamed
-and one non-streamed completion is sent; when the long prompt's first token
-arrives (under Shift: the step where its SP prefill hands over to full-TP
-decodes) the last rank's worker, found among the server's own processes by
-its title (`VLLM::Worker_SP1_TP1`, `..._TP3`, as tests/harness/faults.py
-finds them), gets SIGKILL.  Verdict (the JSON's ``pass`` and ``problems``):
-every open request ends with an error (an error event, a 5xx, or the
-connection closed without [DONE]) within 60 s of the kill; the server exits
-within 60 s; none of its processes is left, and each GPU's `memory.used`
-(nvidia-smi) is back within 512 MiB of its level before the server started,
-with no compute process of ours left on it.  The figures (seconds to each
-end, exit code, memory per GPU before, during and after) are in the JSON.
+What happens: six streams with short prompts decode (each asks for far more tokens than
+the kill leaves them time for), then a long prompt is streamed and one non-streamed
+completion is sent; when the long prompt's first token arrives (under Shift: the step
+where its SP prefill hands over to full-TP decodes) the last rank's worker, found among
+the server's own processes by its title (`VLLM::Worker_SP1_TP1`, `..._TP3`), gets
+SIGKILL (the server, its processes and the streams: tests/harness/faults.py's, as the
+CPU fault tests use them). Verdict (the JSON's ``pass`` and ``problems``): every open
+request ends with an error (an error event, a 5xx, or the connection closed without
+[DONE]) within 60 s of the kill; the server exits within 60 s; none of its processes is
+left, and each GPU's `memory.used` (nvidia-smi) is back within 512 MiB of its level
+before the server started, with no compute process of ours left on it. The figures
+(seconds to each end, exit code, memory per GPU before, during and after) are in the
+JSON.
 
 ``--cpu``: the same on vLLM's CPU engine (eager, bfloat16, a small KV
 cache), a dry run without GPUs; the GPU checks then read nothing.
@@ -33,15 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from benchmarks.server import gpu_memory_mib
+from harness.faults import Case, Server, Stream, open_stream, send
 
 HERE = Path(__file__).resolve().parent
 ERROR_WITHIN_S = 60       # issue 32: every open request ends with an error within this
@@ -59,17 +58,6 @@ LAYOUTS = {
 SIZES = {"gpu": (16384, 12000, 6000), "cpu": (4096, 3000, 1000)}
 
 
-def gpu_memory() -> list[int] | None:
-    """memory.used per GPU, MiB (None without nvidia-smi)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return [int(x) for x in out.split()]
-
-
 def gpu_pids() -> list[int] | None:
     """The pids of every compute process on the GPUs (None without nvidia-smi)."""
     try:
@@ -81,197 +69,63 @@ def gpu_pids() -> list[int] | None:
     return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def unstreamed(base: str, body: dict) -> Stream:
+    """A completion not streamed, on a thread, its end recorded as a stream's is."""
+    s = Stream()
+    s.first.set()
 
-
-class Stream:
-    """One completion, read on a thread: how it ended ("done", or "error"
-    with ``error`` saying which: an error event, an HTTP status, a broken or
-    closed connection) and when."""
-
-    def __init__(self, base: str, body: dict, stream: bool = True):
-        self.tokens, self.end, self.error, self.ended = 0, "", "", 0.0
-        self.status: int | None = None
-        self.first = threading.Event()
-        self.stream = stream
-        threading.Thread(target=self._read, args=(base, body), daemon=True).start()
-
-    def _read(self, base: str, body: dict) -> None:
-        req = urllib.request.Request(base + "/v1/completions",
-                                     data=json.dumps({**body, "stream": self.stream}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    def read() -> None:
         try:
-            with urllib.request.urlopen(req, timeout=900) as resp:
-                self.status = resp.status
-                if not self.stream:
-                    self.first.set()
-                    reply = json.loads(resp.read())
-                    self.end = "error" if "error" in reply else "done"
-                    self.error = str(reply.get("error", ""))[:300]
-                for raw in resp if self.stream else ():
-                    line = raw.decode(errors="replace").strip()
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[len("data:"):].strip()
-                    if data == "[DONE]":
-                        self.end = "done"
-                        break
-                    event = json.loads(data)
-                    if "error" in event:
-                        self.end, self.error = "error", f"error event: {event['error']}"[:300]
-                        break
-                    self.tokens += len(event.get("choices", []))
-                    self.first.set()
-            if not self.end:
-                self.end, self.error = "error", "stream closed without [DONE]"
-        except urllib.error.HTTPError as e:
-            self.status = e.code
-            self.end, self.error = "error", f"HTTP {e.code}: {e.read()[:200]!r}"
+            status, reply = send(base, Case("plain", body), timeout=900)
+            s.end = "done" if status == 200 else "error"
+            s.error = "" if status == 200 else f"HTTP {status}: {str(reply)[:200]}"
         except Exception as e:      # noqa: BLE001 - how it ended is what is recorded
-            self.end, self.error = "error", f"{type(e).__name__}: {e}"[:300]
-        self.ended = time.time()
-        self.first.set()
+            s.end, s.error = "error", f"{type(e).__name__}: {e}"[:300]
+        s.ended = time.time()
 
-
-class Server:
-    """`vllm serve` in its own session; every process it starts is
-    remembered (psutil handles: a recycled pid is never taken for one)."""
-
-    def __init__(self, ckpt: Path, args: list[str], log: Path, env: dict[str, str]):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(ckpt), *args,
-               "--port", str(self.port), "--host", "127.0.0.1"]
-        self.cmd = cmd
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-        self.seen: dict = {}
-
-    def healthy(self) -> bool:
-        try:
-            return urllib.request.urlopen(self.base + "/health", timeout=5).status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return False
-
-    def wait_healthy(self, timeout: float) -> None:
-        deadline = time.time() + timeout
-        while not self.healthy():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited ({self.proc.returncode}) before it served")
-            if time.time() > deadline:
-                raise RuntimeError(f"server did not come up in {timeout:.0f} s")
-            time.sleep(2)
-
-    def processes(self) -> dict:
-        """title -> psutil.Process of the server's live processes."""
-        import psutil
-
-        out = {}
-        try:
-            procs = [psutil.Process(self.proc.pid)]
-            procs += procs[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            return out
-        for p in procs:
-            try:
-                title = " ".join(p.cmdline())[:80]
-            except psutil.Error:
-                continue
-            self.seen[p] = title
-            out[title] = p
-        return out
-
-    def worker(self, tag: str):
-        found = [p for t, p in self.processes().items()
-                 if t.startswith("VLLM::Worker_") and t.split()[0].endswith("_" + tag)]
-        if not found:
-            raise RuntimeError(f"no worker '{tag}' among {sorted(self.processes())}")
-        return found[0]
-
-    def alive(self) -> list[str]:
-        import psutil
-
-        left = []
-        for p, title in self.seen.items():
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    left.append(f"{p.pid} {title}")
-            except psutil.Error:
-                pass
-        return left
-
-    def stop(self) -> None:
-        """However the check ended, nothing of the server outlives it."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGINT)
-                self.proc.wait(60)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for p in self.seen:
-            try:
-                p.kill()
-            except Exception:  # noqa: BLE001 - gone already
-                pass
+    threading.Thread(target=read, daemon=True).start()
+    return s
 
 
 def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
-    from benchmarks import equivalence
-
     if not (ckpt / "tokenizer.json").exists():
-        # In a process of its own: this one keeps no CUDA context on the GPUs
-        # it then checks.  (A checkpoint written before equivalence.py wrote
-        # tokenizers gets one beside it.)
+        # In a process of its own: this one keeps no CUDA context on the GPUs it then checks.
         subprocess.run([sys.executable, "-m", "benchmarks.equivalence", "ckpt", "llama",
                         str(ckpt)], cwd=HERE.parent, check=True)
-        if not (ckpt / "tokenizer.json").exists():
-            equivalence.write_tokenizer(ckpt)
     args, victim_tag = LAYOUTS[layout][gpus]
     max_len, short_tokens, long_prompt = SIZES["cpu" if cpu else "gpu"]
-    env = dict(os.environ)
     serve_args = [*args, "--max-model-len", str(max_len), "--seed", "0"]
     if cpu:
-        env.update(equivalence.cpu_env(gpus))
         serve_args += ["--enforce-eager", "--dtype", "bfloat16",
                        "--kv-cache-memory-bytes", str(1 << 30)]
     log = out.with_suffix(".log")
     res: dict = {"layout": layout, "gpus": gpus, "device": "cpu" if cpu else "gpu",
                  "serve_args": serve_args, "victim": victim_tag,
-                 "memory_before_mib": gpu_memory(), "limits_s": {
+                 "memory_before_mib": gpu_memory_mib(), "limits_s": {
                      "error": ERROR_WITHIN_S, "exit": EXIT_WITHIN_S},
                  "memory_slack_mib": MEMORY_SLACK_MIB}
     problems: list[str] = []
-    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     t_start = time.time()
-    srv = Server(ckpt, serve_args, log, env)
+    srv = Server(ckpt, serve_args, log, gpus, cpu=cpu)
     try:
         srv.wait_healthy(900 if not cpu else 600)
         res["start_s"] = round(time.time() - t_start, 1)
-        res["memory_serving_mib"] = gpu_memory()
+        res["memory_serving_mib"] = gpu_memory_mib()
         res["workers"] = sorted(t.split()[0] for t in srv.processes() if "Worker_" in t)
-        victim = srv.worker(victim_tag)
+        victim = srv.worker("_" + victim_tag, timeout=0)
         model = str(ckpt)
 
         def body(prompt: list[int], max_tokens: int) -> dict:
             return {"model": model, "prompt": prompt, "max_tokens": max_tokens,
                     "temperature": 0.0, "ignore_eos": True}
 
-        shorts = [Stream(srv.base, body([(7 * n + 3 * i) % 30000 + 5 for i in range(n)],
-                                        short_tokens)) for n in (1, 2, 3, 5, 8, 13)]
+        shorts = [open_stream(srv.base, body([(7 * n + 3 * i) % 30000 + 5 for i in range(n)],
+                                             short_tokens), 900) for n in (1, 2, 3, 5, 8, 13)]
         for s in shorts:
             s.first.wait(300)
-        long = Stream(srv.base, body([(11 * i) % 30000 + 5 for i in range(long_prompt)],
-                                     max_len - long_prompt - 8))
-        plain = Stream(srv.base, body([5, 6, 7, 8], short_tokens), stream=False)
+        long = open_stream(srv.base, body([(11 * i) % 30000 + 5 for i in range(long_prompt)],
+                                          max_len - long_prompt - 8), 900)
+        plain = unstreamed(srv.base, body([5, 6, 7, 8], short_tokens))
         long.first.wait(300)
         requests = [*shorts, long, plain]
         res["open_at_kill"] = sum(not r.end for r in requests)
@@ -285,7 +139,7 @@ def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
         while time.time() < deadline and any(not r.end for r in requests):
             time.sleep(0.2)
         res["requests"] = [{"kind": k, "end": r.end or "open", "error": r.error,
-                            "status": r.status, "tokens": r.tokens,
+                            "tokens": r.tokens,
                             "ended_after_s": round(r.ended - t_kill, 2) if r.ended else None}
                            for k, r in zip(["stream"] * len(shorts) + ["long stream", "plain"],
                                            requests)]
@@ -306,20 +160,20 @@ def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
             problems.append(f"the server still ran {EXIT_WITHIN_S + 60} s after the kill")
         elif res["server_exit_after_s"] > EXIT_WITHIN_S:
             problems.append(f"the server exited {res['server_exit_after_s']} s after the kill")
-        # What is left: processes, then GPU memory (given 30 s to drain).
-        grace = time.time() + 30
-        while srv.alive() and time.time() < grace:
-            time.sleep(1)
-        res["processes_left"] = srv.alive()
-        if res["processes_left"]:
-            problems.append(f"processes left: {res['processes_left']}")
-        # Reported, not judged: vLLM's CPU all-reduce leaves its TP group's
-        # "-cpushm_" segments behind a killed worker at plain TP as under SP
-        # (docs/reliability.md); NCCL on GPUs makes none.
-        res["shm_left"] = sorted(set(os.listdir("/dev/shm")) - shm_before) if shm_before else []
+        # What is left: processes, shared memory, the port; then GPU memory (30 s to drain).
+        # Reported, not judged: vLLM's CPU all-reduce leaves its TP group's "-cpushm_"
+        # segments behind a killed worker at plain TP as under SP (docs/reliability.md);
+        # NCCL on GPUs makes none.
+        left = srv.leftovers(grace=30, ignore=("-cpushm_",))
+        res["processes_left"] = left
+        if left:
+            problems.append(f"left behind: {left}")
+        res["shm_left"] = sorted(n for n in set(os.listdir("/dev/shm")) - srv.shm_before
+                                 if "-cpushm_" in n)
+        grace = time.time()
         before = res["memory_before_mib"]
         while True:
-            after, pids = gpu_memory(), gpu_pids()
+            after, pids = gpu_memory_mib(), gpu_pids()
             ours = sorted(set(pids or ()) & {p.pid for p in srv.seen})
             over = [i for i, (a, b) in enumerate(zip(after or (), before or ()))
                     if a - b > MEMORY_SLACK_MIB]
@@ -341,7 +195,7 @@ def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
         srv.stop()
     if problems:      # what the GPUs hold once this check has killed whatever was left
         time.sleep(5)
-        res["memory_after_cleanup_mib"] = gpu_memory()
+        res["memory_after_cleanup_mib"] = gpu_memory_mib()
     res["problems"] = problems
     res["pass"] = not problems
     return res
@@ -363,7 +217,7 @@ def main() -> None:
         # a plan resumed from a results folder (no done.* markers there) keeps a passed verdict
         print(f"{a.out}: passed already; not run again")
         return
-    gpus = a.gpus or (4 if len(gpu_memory() or ()) >= 4 else 2)
+    gpus = a.gpus or (4 if len(gpu_memory_mib() or ()) >= 4 else 2)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     res = check(a.layout, a.ckpt, a.out, gpus, a.cpu)
     a.out.write_text(json.dumps(res, indent=1))

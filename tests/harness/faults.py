@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -35,18 +36,22 @@ class Server:
     whole session after a minute, so a failing test leaves nothing behind."""
 
     def __init__(self, model: Path, args: list[str], log: Path, ranks: int,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, cpu: bool = True):
+        """``cpu=False``: as a GPU user starts it (the GPU harness's dead rank), at vLLM's
+        defaults: no CPU binding, no small KV cache."""
         self.model = model
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         remove_stale_cpu_shm()
         self.shm_before = set(os.listdir(SHM))
-        cmd = [*serve_command(model), *args, "--port", str(self.port), "--host", "127.0.0.1"]
+        cli = serve_command(model) if cpu else [
+            sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
+        cmd = [*cli, *args, "--port", str(self.port), "--host", "127.0.0.1"]
         with open(log, "w") as out:
             self.proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**serve_env(ranks), **(env or {})})
+                env={**(serve_env(ranks) if cpu else os.environ), **(env or {})})
         # Every process the server started, with its title.  psutil's handles
         # check the start time, so a recycled pid is never mistaken for one.
         self.seen: dict[psutil.Process, str] = {}
