@@ -74,6 +74,8 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.fused_graphs import fused_graphs, summary
+from harness.compare import logprob_diffs
+from harness.engine import cpu_env
 
 # Never NVLink multicast on these hosts (hostpaths.sh says why): FlashInfer's
 # fused all-reduce takes the workspace vLLM falls back to without multicast.
@@ -666,13 +668,6 @@ def _image(seed: int, width: int, height: int):
     return Image.fromarray(pixels)
 
 
-def cpu_env(world: int) -> dict[str, str]:
-    """vLLM's CPU engine: one core per rank, round-robin; eager (no Dynamo)."""
-    cores = os.cpu_count() or 1
-    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(world)),
-            "TORCHDYNAMO_DISABLE": "1"}
-
-
 def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = False) -> None:
     base, _, spec = layout.partition("+")
     tp, sp, shift, _ = LAYOUTS[base]
@@ -985,15 +980,10 @@ def _gpu_count() -> int:
 
 
 def _distance(a: dict, ref: dict) -> dict:
-    diffs, nan = [], False
-    for ra, rr in zip(a["rows"], ref["rows"]):
-        for x, y in zip(ra["prompt_lp"], rr["prompt_lp"]):
-            if x is None or y is None:
-                continue
-            if math.isnan(x) or math.isinf(x):
-                nan = True
-                continue
-            diffs.append(abs(x - y))
+    pairs = [d for ra, rr in zip(a["rows"], ref["rows"])
+             for d in logprob_diffs(ra["prompt_lp"], rr["prompt_lp"])]
+    diffs = [d for d in pairs if math.isfinite(d)]
+    nan = len(diffs) < len(pairs)
     # The first token of the 2nd round (prefix-cache hits, no prompt logprobs: under SP only
     # the sampled rows gathered) against the same layout's 1st round (every row gathered):
     # the same weights and sums, only the gather differs.  Against TP=1 instead, one MoE

@@ -28,13 +28,17 @@ def check_logprobs(r: Run, what: str = "") -> None:
             f"{what}: prompt {i}: {len(toks)} tokens, generated logprobs {lps}")
 
 
+def logprob_diffs(xs: list[float | None], ys: list[float | None]) -> list[float]:
+    """|x - y| of two runs' logprobs of one prompt, position by position, where both have
+    one (a prompt's first token has none): the one pairing every judge here uses, and
+    benchmarks/equivalence.py's GPU judge too."""
+    return [abs(x - y) for x, y in zip(xs, ys) if x is not None and y is not None]
+
+
 def max_logprob_diff(a: Run, b: Run) -> float:
-    worst = 0.0
-    for la, lb in zip(a.logprobs + a.prompt_logprobs, b.logprobs + b.prompt_logprobs):
-        for x, y in zip(la, lb):
-            if x is not None and y is not None:
-                worst = max(worst, abs(x - y))
-    return worst
+    return max((d for la, lb in zip(a.logprobs + a.prompt_logprobs,
+                                    b.logprobs + b.prompt_logprobs)
+                for d in logprob_diffs(la, lb)), default=0.0)
 
 
 def assert_same(ref: Run, got: Run, *, atol: float = 2e-3, what: str = "") -> None:
@@ -56,7 +60,7 @@ def agreeing(ref: Run, got: Run) -> tuple[list[int], float]:
     it the two continue different texts)."""
     lengths, worst = [], 0.0
     for x, y in zip(ref.prompt_logprobs, got.prompt_logprobs):
-        worst = max([worst] + [abs(a - b) for a, b in zip(x, y) if a is not None and b is not None])
+        worst = max([worst, *logprob_diffs(x, y)])
     for tx, ty, lx, ly in zip(ref.tokens, got.tokens, ref.logprobs, got.logprobs):
         k = 0
         while k < min(len(tx), len(ty)) and tx[k] == ty[k]:
