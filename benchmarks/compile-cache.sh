@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# vLLM's torch.compile cache, carried between leases as FlashInfer's JIT cache is: on a 4xH100
-# lease of 2026-11-27 `torch.compile` took 95 + 107 s of Shift's 328 s start (70B FP8), and the
-# cache's entries carry the same names on every lease for the same wheel and layout (the 0.92
-# and 0.85 servers of leases 5 and 6 wrote the same four).  An entry is one folder under
+# vLLM's torch.compile cache, carried between leases as FlashInfer's JIT cache is: compiling
+# is a large part of a 70B Shift server's start (benchmarks/README.md), and the cache's
+# entries carry the same names on every lease for the same wheel and layout.  An entry is one folder under
 # ~/.cache/vllm/torch_compile_cache: `<hash>` (a model's compiled graphs, every rank) or
 # `torch_aot_compile/<hash>` (Dynamo's output); ~40 MiB compressed for a 70B layout, more than
 # one returned file may hold (16 MiB), so each goes as pieces `cc-<vllm>-<entry>.tgz.<i>of<n>`.

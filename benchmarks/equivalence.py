@@ -15,13 +15,12 @@ Why this shape: bfloat16 on a GPU is never bit-exact across layouts (each
 splits its sums differently), so a layout is held to the noise of upstream's
 own splits: its mean prompt-logprob distance from TP=1 must be at most 1.5x
 the larger of plain TP=2's and TP=4's (whichever ran) on the same prompts.
-A crash, a hang (the caller's timeout) or a NaN fails the row.  Greedy
-tokens against TP=1, and a second round's (prefix-cache hits) against the
-first, are reported, not judged: on random weights the top two logits lie
-close, and a near-tie rounds either way in another sum order (plain TP=2
-keeps TP=1's 16 tokens on as few as 0 of 5 prompts on 4xH200).  Each layout runs at vLLM's
-defaults for a user on GPUs (torch.compile, CUDA graphs, FlashInfer where
-installed, the default GDN backend) unless the family's entry says eager.
+A crash, a hang (the caller's timeout) or a NaN fails the row. Greedy tokens against TP=1,
+and a second round's (prefix-cache hits) against the first, are reported, not judged: on
+random weights the top two logits lie close, and a near-tie rounds either way in another sum
+order (plain TP=2 may keep TP=1's tokens on none of the prompts). Each layout runs at vLLM's
+defaults for a user on GPUs (torch.compile, CUDA graphs, FlashInfer where installed, the
+default GDN backend) unless the family's entry says eager.
 
 The checkpoints are written with transformers' own classes from shapes
 taken from the published config.json of each family (head dims, GQA ratio,
@@ -240,14 +239,14 @@ DRAFTED = ("eagle3", "mtp")
 # The draft model again with the engine in float32: the target as its own
 # drafter accepts a draft wherever both compute the same argmax, and in
 # bfloat16 a random checkpoint's near-ties flip with any difference of
-# rounding (TP=2xSP=2 Shift on 4xH100: 0.906 against TP=4's 0.990 -- its
-# target's prompt KV comes from the SP model, its drafter's from full TP).
+# rounding (under Shift the target's prompt KV comes from the SP model, its drafter's
+# from full TP).
 # In float32 those differences are ~1e-6: a drafter that computed anything
 # else would still be rejected.
 FLOAT32 = ("draft32",)
 # The rows whose target is DIR-repeat (or DIR-mtp, built on it): a random
-# model's greedy run never repeats, so neither a drafter nor n-gram lookup
-# (0 drafts on 4xH100 on DIR itself) would find anything to propose.
+# model's greedy run never repeats, so neither a drafter nor n-gram lookup would find
+# anything to propose.
 REPEATING = ("ngram", *DRAFTED)
 # vLLM's default max_num_seqs on an H100/H200 (1024) fits neither a GDN
 # family's state at TP=1 within the 2 GiB KV budget (Qwen3.5: 668 blocks)
@@ -882,8 +881,8 @@ def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeou
     def failed(lay: str) -> bool:
         return (outdir / f"{family}.{lay}.failed").exists()
     # An engine that lost its port to another's (vLLM picks a free port, then
-    # binds it; seven engines starting at once race for them: Qwen2.5-VL's
-    # TP=2xSP=2 Shift on 4xH100, EADDRINUSE) runs once more, alone.
+    # binds it; seven engines starting at once race for them: EADDRINUSE) runs once
+    # more, alone.
     lost = [lay for lay in todo
             if failed(lay) and "EADDRINUSE" in _text(outdir / f"{family}.{lay}.log")]
     if lost:
@@ -1006,12 +1005,11 @@ def _first(d: dict) -> str:
 
 def _fused(r: dict) -> str:
     """The fused all-reduce + RMSNorm: asked for (the config), and whether
-    any model of the engine built it (its workspace; recorded since
-    2026-11-26's second lease)."""
+    any model of the engine built it (its workspace, where the row records it)."""
     if "fusion_workspace" not in r:
         return str(r["fuse_allreduce_rms"])
     per_rank = r.get("fusion_groups")
-    if per_rank:     # every rank's own table (since 2026-11-28)
+    if per_rank:     # every rank's own table
         kinds = Counter(", ".join(f"group of {len(g)}" if isinstance(g, list) else str(g)
                                   for g in groups) or "none" for groups in per_rank)
         groups = "".join(f", {n} ranks: {k}" for k, n in kinds.items())
@@ -1025,8 +1023,8 @@ def _fused(r: dict) -> str:
 
 def _full_tp_fusion(r: dict) -> tuple[bool, str]:
     """With the fused all-reduce + RMSNorm asked for, Shift's full-TP model
-    must have compiled at least one range with it (``fused_graphs``: its
-    workspace alone proved nothing on lease 9): (passes?, the verdict's note).
+    must have compiled at least one range with it (``fused_graphs``: a workspace
+    alone proves nothing): (passes?, the verdict's note).
     Ranges that could not be read (a cache folder gone; none found, as in
     vLLM 0.33's one-file AOT artifact before ``fused_graphs`` read it) are not
     judged, and the note says so.  Rows without the record, other layouts, or
@@ -1042,13 +1040,11 @@ def _full_tp_fusion(r: dict) -> tuple[bool, str]:
 
 
 def _both_models_ran(r: dict, name: str) -> bool:
-    """A Shift row proves Shift only if both modes had steps in the workload
-    (the scheduler's count, ``shift_steps``) and every rank called its SP
-    model (``shift_calls``: a prefill chunk is never a full CUDA graph).  A
-    rank's full-TP calls are reported, not judged: decodes replay the full
-    graphs captured through that model and call no Python (Qwen3-Next at
-    SP=2 on 4xH100: 0).  Rows before the scheduler's count: both per rank.
-    Any other layout passes."""
+    """A Shift row proves Shift only if both modes had steps in the workload (the scheduler's
+    count, ``shift_steps``) and every rank called its SP model (``shift_calls``: a prefill
+    chunk is never a full CUDA graph). A rank's full-TP calls are reported, not judged:
+    decodes replay the full graphs captured through that model and may call no Python. Rows
+    before the scheduler's count: both per rank. Any other layout passes."""
     if not LAYOUTS[name.partition("+")[0]][2]:
         return True
     calls = r.get("shift_calls") or []
@@ -1070,8 +1066,7 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
     prompts whose 2nd round kept TP=1's tokens, when at least half did:
     within 5 points.  A layout's bf16 noise may turn the target onto another
     greedy path that repeats more or less, which says nothing of the
-    drafter (Qwen3-Next's MTP on 4xH100: one of nine prompts, 0.803 against
-    0.729 over all); where most prompts left TP=1's path (TP=2xSP=2 keeps
+    drafter; where most prompts left TP=1's path (TP=2xSP=2 keeps
     TP=1's greedy tokens on 0-2 of 5 prompts in some families), the rate
     over all prompts, within 5 points or 1.5x the larger distance of plain
     TP=2's and TP=4's with the same drafter (``plain``, those that ran:
@@ -1211,8 +1206,8 @@ def report(outdir: Path, md: Path | None) -> int:
                 f"{fusion_note}"
                 f"{' (rows of several cards)' if mixed else ''}"
                 f"{' (no TP=2/TP=4 row to bound it)' if not bound_src else ''} |")
-    # Which card ran each family's rows (recorded since 4xH100, 2026-11-26):
-    # a family's bound holds only between rows of one lease.
+    # Which card ran each family's rows: a family's bound holds only between rows of one
+    # lease.
     cards = {}
     for family, lay in runs.items():
         for r in lay.values():

@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """How fast can SP=2 exchange heads for tokens?  Ways to do the Ulysses
-all-to-all timed alone, at the step sizes the profile run measured
-(benchmarks/results/2026-11-24-2gpu-sp-step-profile/: at an 8k prefill ours moves ~42 MB
-per layer each way at ~165 GB/s, at a 256-sequence decode it is 64 small
-latency-bound calls per step).  The fastest correct one is wanted before the
+all-to-all timed alone, at the step sizes of an 8k prefill (large transfers per layer)
+and a 256-sequence decode (many small latency-bound calls; docs/benchmarks.md has the
+profiles).  The fastest correct one is wanted before the
 model's exchange is changed.
 
     python3 -m benchmarks.exchange_bench [--out DIR]          # 2 GPUs

@@ -1,8 +1,8 @@
 """Which of an engine's compiled graphs run FlashInfer's fused all-reduce + RMSNorm.
 
-A fusion workspace in the log says a pass asked for one, not that any graph uses it: on
-4xH100 (2026-11-28) Shift's full-TP model built its workspace and compiled every graph
-unfused (its compile ranges ended above the fusion's size limit).  vLLM logs each model's
+A fusion workspace in the log says a pass asked for one, not that any graph uses it: a
+model can build its workspace and compile every graph unfused (its compile ranges ending
+above the fusion's size limit).  vLLM logs each model's
 torch.compile cache folder (rank 0's line: ``Using cache directory: DIR for vLLM's
 torch.compile``, DIR ending in the model's tag: ``backbone``, ``shift_full_tp``,
 ``draft_model``, ``eagle_head``); each range it compiled is a set of

@@ -40,8 +40,7 @@ PYTHONPATH=$SITE_OURS python3 -c 'import vllm; print("ours", vllm.__version__, v
 # output when an input it recorded (the source and every header in its deps log)
 # is newer than the output's recorded time: this lease's install has just written
 # FlashInfer's sources and torch's headers, so every carried kernel was rebuilt.
-# Dating the unpacked outputs now (tar --touch) did not help (the 4xH100 leases
-# of 2026-11-27: trtllm_comm 3.7 min, sampling 2 min, both times): ninja then
+# Dating the unpacked outputs now (tar --touch) does not help: ninja then
 # reads the deps log as stale.  So the archive keeps its times, and the inputs
 # ninja recorded outside the cache are dated back (2000-01-01, before any build;
 # only file times change, in this host's fresh install); ninja's dry run then

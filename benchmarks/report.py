@@ -12,8 +12,7 @@ from benchmarks.workloads import BURSTS, PROF, base_workload, profiled, rate_of
 
 # Published figures the 8-GPU rows are read against (not measured here).  The Shift paper,
 # 8xH200, Llama-70B FP8, 4k in / 250 out; its bursty trace is its own (ours: BURSTS["burst"]).
-# "tok/s" as the paper states it.  The seeds (8xH100, Llama-70B FP8): TP=2xSP=4 has 3.71x
-# shorter TTFT than TP=2 and 40.9% more throughput than TP=8.
+# "tok/s" as the paper states it.  SEEDS: the seeds' published ratios (8xH100, FP8).
 PAPER = {"shift": dict(ttft=102, tpot=10.1, tput=37400, burst_ttft=148, burst_tpot=51),
          "TP=8": dict(ttft=159, tpot=9.34, tput=24700, burst_ttft=3930, burst_tpot=85),
          "DP": dict(ttft=614, tpot=22.5, tput=45900, burst_ttft=1355, burst_tpot=83)}
@@ -36,8 +35,7 @@ def table(intro: str, cells: list[str]) -> list[str]:
 
 def cache_section(res: dict) -> list[str]:
     """Measured runs whose prompts the prefix cache held in part: their TTFT is no prefill.
-    From the server's counters (recorded since 2026-11-28; before, every lat4k served after
-    lat8k was a hit: see seed_of)."""
+    From the server's counters, where recorded (see seed_of)."""
     hits = [(n, w, r["server"]) for n, ws in res.items() for w, r in ws.items()
             if r.get("server", {}).get("prefix_cache_hits_tokens")]
     if not hits:

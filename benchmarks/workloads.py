@@ -126,9 +126,8 @@ def seed_of(workload: str) -> int:
     server send the same prompts.  vLLM's random dataset makes prompt i a run of consecutive
     token ids from offset[i] + i, the offsets drawn from the seed after the lengths: two
     workloads of one seed and one prompt count (lat8k and lat4k, 6 each) send prompts of which
-    one is the other's prefix.  Until 2026-11-28 every client ran seed 0, so lat4k served after
-    lat8k found its prompts in the prefix cache: its TTFT (~35 ms at 70B on 4xH100, 26 ms at
-    8B on 2xH100) was a cache hit, not a prefill (~200 ms computed).  A warm-up (one prompt)
+    one is the other's prefix, and a TTFT measured on it is a cache hit, not a prefill
+    (docs/benchmarks.md: the rows this touched).  A warm-up (one prompt)
     and a profile (`prof_<w>`, <w>'s load again) take the seed of their own name."""
     return zlib.crc32(workload.encode()) % 1_000_000
 

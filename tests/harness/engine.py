@@ -23,8 +23,7 @@ environment before vLLM reads any of it, so it starts as the fresh
 interpreter would after its imports.  Its workers are forked from it in
 turn (``_fork_workers``) where vLLM's CPU platform would spawn them: a spawned
 worker imported vLLM again, ~5 s of CPU a rank, most of a TP=2 run's start
-(0.32.0, the 2-core CI machine: TP=2 14.4 s against 6.2, SP=4 27.9 against
-14.4, TP=2 x SP=2 Shift 29.7 against 12.7).  Forked workers are what ``vllm serve`` gives a GPU
+(docs/testing.md has the figures).  Forked workers are what ``vllm serve`` gives a GPU
 user (vLLM forks them unless CUDA is already initialised); spawned ones,
 what the CPU platform gives, run in every ``vllm serve`` test
 (harness.server), in every run that takes a fresh interpreter, and in
@@ -59,9 +58,8 @@ KV_CACHE_BYTES = 64 << 20
 # bfloat16 run departs from its reference, they tell a near-tie from a
 # wrong distribution (harness.compare.assert_no_further).  Ten, not three: on
 # these random models' flat distributions a departure's other token can sit
-# just below a run's top three (0.32's upstream TP=2 of the hybrid: TP=1's
-# 0.016 lead, the token fourth or lower in TP=2's), which three scored as no
-# near-tie at all.
+# just below a run's top three (upstream's TP=2 of the hybrid did), which three
+# scored as no near-tie at all.
 TOP_LOGPROBS = 10
 # The engine core runs inside the child that calls ``generate`` (vLLM's
 # default gives it a process of its own).  Two reasons:
@@ -71,8 +69,7 @@ TOP_LOGPROBS = 10
 #   otherwise, and a step-by-step mode count would vary.
 # * start-up: one interpreter fewer to import vLLM into, and at TP=1 no
 #   worker process either (the model runs in the child, as in vLLM's
-#   UniProcExecutor); on the 2-core CI machine a TP=1 run took 13 s this
-#   way against 42 s, a TP=2 x SP=2 run 44 s against 60 s.
+#   UniProcExecutor).
 # The workers, the model runner and the scheduler are the same code either
 # way; ``vllm serve`` (harness.server) always runs the core in its own
 # process, so the server tests cover that path.  A caller may pass
@@ -102,9 +99,7 @@ def cpu_env(world: int) -> dict[str, str]:
     (``OMP_NUM_THREADS``, ``OMP_PLACES``), which an OpenMP runtime reads
     once, as it loads; a worker forked from the forker keeps the runtime the
     forker loaded, so without ``OMP_NUM_THREADS`` here each forked rank ran
-    as many threads as the host has cores: 2 a rank on the 2-core CI
-    machine, 16 on a 16-core host (four ranks at load 64, the bf16 hybrid
-    tests past 20 minutes on an AMX Xeon, 2026-11-29)."""
+    as many threads as the host has cores (docs/testing.md)."""
     cores = os.cpu_count() or 1
     return {
         "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(r % cores) for r in range(world)),
