@@ -141,6 +141,25 @@ FAMILIES: dict[str, dict] = {
         n_shared_experts=1, moe_intermediate_size=512, first_k_dense_replace=1,
         partial_rotary_factor=0.5, use_qk_norm=True, n_group=1, topk_group=1,
         num_nextn_predict_layers=0)),
+    # Qwen3-30B-A3B's own MoE shape for expert parallelism: 128 experts top-8 of 768,
+    # head_dim 128, 32 / 4 heads (the layers as published, fewer of them).
+    "qwen3_moe_a3b": dict(cfg="Qwen3MoeConfig", cls="Qwen3MoeForCausalLM", kw=dict(
+        hidden_size=2048, intermediate_size=6144, num_hidden_layers=4, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        moe_intermediate_size=768, decoder_sparse_step=1, norm_topk_prob=True,
+        rope_theta=1000000.0)),
+    # DeepSeek-V3's layer shape (deepseek-ai/DeepSeek-V3): MLA with a q LoRA of 1536, a 512
+    # latent + 64 rope, 128 heads of nope 128 / v 128, a dense first layer, then MoE with a
+    # shared expert and grouped top-k (noaux_tc, 8 groups, top 4 of them, top-8 experts);
+    # 3 layers and 32 experts of 256 so that TP=1 fits one card (~11 GiB), plain rope.
+    "deepseek_v3": dict(cfg="DeepseekV3Config", cls="DeepseekV3ForCausalLM", mla=True,
+                        drafters=("mtp",), kw=dict(
+        hidden_size=7168, intermediate_size=18432, num_hidden_layers=3, num_attention_heads=128,
+        num_key_value_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
+        qk_nope_head_dim=128, v_head_dim=128, n_routed_experts=32, num_experts_per_tok=8,
+        n_shared_experts=1, moe_intermediate_size=2048, first_k_dense_replace=1, n_group=8,
+        topk_group=4, routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
+        rope_scaling=None, num_nextn_predict_layers=0)),
     # Qwen3.5-27B (Qwen/Qwen3.5-27B) as published, the multimodal class over a
     # Gated-DeltaNet hybrid: GDN 16 key / 48 value heads of 128, gated
     # attention 24 heads / 4 KV heads of 256 every fourth layer, partial
@@ -220,8 +239,12 @@ VL_FIRST_ID = 16
 # both cards ran the same kernels).
 LAYOUTS = {"tp1": (1, 1, False, 1), "tp2": (2, 1, False, 2), "sp2": (1, 2, False, 2),
            "shift": (1, 2, True, 2), "tp4": (4, 1, False, 4), "tp2sp2": (2, 2, False, 4),
-           "tp2sp2_shift": (2, 2, True, 4), "tp1_again": (1, 1, False, 1)}
-BOUNDS = ("tp2", "tp4")
+           "tp2sp2_shift": (2, 2, True, 4), "tp1_again": (1, 1, False, 1),
+           "tp2_ep": (2, 1, False, 2), "sp2_ep": (1, 2, False, 2), "shift_ep": (1, 2, True, 2)}
+# Layouts with --enable-expert-parallel: a MoE layer's experts split over the TP x SP ranks
+# (upstream's TP=2 with EP is their spread).
+EP = ("tp2_ep", "sp2_ep", "shift_ep")
+BOUNDS = ("tp2", "tp4", "tp2_ep")
 # LAYOUT+SPEC: speculative decoding in that layout (CUDA graphs with the
 # drafter), judged by its acceptance rate against TP=1's with the same
 # drafter (within 5 points).  Repetitive prompts give n-gram lookup something
@@ -504,9 +527,9 @@ def make_drafter(family: str, ckpt: Path, spec: str, seed: int = 0) -> Path:
         t["mtp.norm.weight"] = w["model.norm.weight"].clone()
         for n in ("pre_fc_norm_hidden", "pre_fc_norm_embedding"):
             t[f"mtp.{n}.weight"] = torch.zeros(h)
-    elif family == "glm4_moe":
-        # GLM-4.5's layer num_hidden_layers: a MoE decoder layer behind
-        # eh_proj over [embedding | hidden], with its shared head.
+    elif family in ("glm4_moe", "deepseek_v3"):
+        # GLM-4.5's and DeepSeek-V3's layer num_hidden_layers: a MoE decoder layer
+        # (DeepSeek's: MLA) behind eh_proj over [embedding | hidden], with its shared head.
         n = cfg["num_hidden_layers"]
         src, dst = f"model.layers.{n - 1}.", f"model.layers.{n}."
         t = {dst + k[len(src):]: quiet(k, v.clone()) for k, v in w.items()
@@ -684,6 +707,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
                   kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", 2 << 30)))
     if sp > 1:
         kwargs["sequence_parallel_size"] = sp
+    if base in EP:
+        kwargs["enable_expert_parallel"] = True
     if shift:
         kwargs.update(shift_parallel=True, shift_parallel_threshold=sc["shift_at"],
                       disable_log_stats=False)       # the steps per mode (_shift_steps)
@@ -710,6 +735,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
             kwargs["distributed_executor_backend"] = "mp"
         if fam.get("gdn"):
             kwargs["mamba_ssm_cache_dtype"] = "float32"
+        if fam.get("mla"):     # the reference CPU MLA backend's decode kernel: blocks of 16
+            kwargs.update(block_size=16, attention_config={"backend": "CPU_MLA"})
     repeating = None
     if spec:
         kwargs["speculative_config"] = dict(SPECS[spec])

@@ -77,6 +77,14 @@ for _n in ("tp1", "tp8", "dp4_tp2", "tp2_sp4", "sp8", "shift_tp2_sp4", "arctic_t
                                                  "--kv-cache-dtype", "fp8"])
 LAYOUTS["shift_tp2_sp2_fp8_before"] = ("before", *LAYOUTS["shift_tp2_sp2_fp8"][1:])
 LAYOUTS["tp4_fp8_again"] = LAYOUTS["tp4_fp8"]
+# Expert parallelism (the MoE shape `a3b`): a MoE layer's experts over all the GPUs of a
+# replica (ours: over TP x SP), against upstream's TP=2 and DP=2 with EP.
+LAYOUTS.update({
+    "tp2_ep": ("official", 2, ["-tp", "2", "--enable-expert-parallel"]),
+    "dp2_ep": ("official", 2, ["-dp", "2", "--enable-expert-parallel"]),
+    "sp2_ep": ("ours", 2, ["-sp", "2", "--enable-expert-parallel"]),
+    "shift_ep": ("ours", 2, ["-sp", "2", "--shift-parallel", "--enable-expert-parallel"]),
+})
 # our layout -> the peer's same layout (the ratio the issue asks for: at least as good)
 PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift",
         **{f"{a}{q}": f"{b}{q}" for q in ("", "_fp8", "_fp8kv")
@@ -88,7 +96,7 @@ PEER = {"sp2": "arctic_sp2", "shift": "arctic_shift",
 # shift's own layout without shift (which it must not lose to on long prompts).
 UPSTREAM = {1: ("tp1", ""), 2: ("tp2", "dp2"), 4: ("tp4", "dp2_tp2"), 8: ("tp8", "dp4_tp2")}
 NO_SHIFT = {"shift": "sp2", "shift_tp2_sp2": "tp2_sp2", "shift_sp4": "sp4",
-            "shift_tp2_sp4": "tp2_sp4"}
+            "shift_tp2_sp4": "tp2_sp4", "shift_ep": "sp2_ep"}
 
 
 MAX_MODEL_LEN = {False: 34000, True: 4096}          # GPU shapes, the tiny dry run

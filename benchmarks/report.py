@@ -100,7 +100,7 @@ def report(shape: str) -> str:
     # Shift is also measured against SP=2 (which it must not lose to on long prompts),
     # and each of our layouts against the peer's same layout.  The rows of the 2000/250
     # workloads only (the paper's setting has its own ratios below).
-    refs = [r for r in ("tp1", "tp2", "dp2", "tp4") if r in res]
+    refs = [r for r in ("tp1", "tp2", "dp2", "tp4", "tp2_ep", "dp2_ep") if r in res]
 
     def refs_of(layout):
         if not any(w in res[layout] for w in ("lat1k", "sat")):
