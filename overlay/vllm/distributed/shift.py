@@ -416,13 +416,16 @@ def bind_kv_cache(kv_caches: dict[str, torch.Tensor]) -> None:
     if missing:
         raise RuntimeError(f"shift parallelism: the full-TP model has no layer {missing[0]} "
                            "to bind the KV cache to")
-    for name, kv_cache in kv_caches.items():
-        layer = _STATE.layers[name]
-        if hasattr(layer, "bind_kv_cache"):   # vLLM >= 0.32: the layer makes its views
-            layer.bind_kv_cache(kv_cache)
-        else:
-            layer.kv_cache = kv_cache
-        _adopt_runtime_attributes(layer, _STATE.sp_layers.get(name))
+    # Inside the full-TP view of the groups: a layer sizes its views by the TP world it
+    # was built for (a Mamba-2 mixer's state shapes read the TP group's size).
+    with ulysses.as_full_tp():
+        for name, kv_cache in kv_caches.items():
+            layer = _STATE.layers[name]
+            if hasattr(layer, "bind_kv_cache"):   # vLLM >= 0.32: the layer makes its views
+                layer.bind_kv_cache(kv_cache)
+            else:
+                layer.kv_cache = kv_cache
+            _adopt_runtime_attributes(layer, _STATE.sp_layers.get(name))
 
 
 def _adopt_runtime_attributes(layer: torch.nn.Module, sp_layer: Any) -> None:

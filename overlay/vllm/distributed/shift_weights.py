@@ -52,6 +52,9 @@ _ARRANGEABLE_METHODS = {"UnquantizedLinearMethod", "Fp8PerTensorOnlineLinearMeth
 # blocks [G_s U_s] of one row they compute S small gate/ups, in the order down_proj reads.
 _GATED = {"SiluAndMul", "GeluAndMul", "MulAndSilu"}
 _ARRANGED = "_shift_rows_arranged"
+# Set on a layer whose weight an SP core view reads row by row, not through the layer's
+# forward (the Mamba-2 conv, ulysses_mamba): its rows must stay in their natural order.
+ROWS_READ = "_ulysses_reads_rows"
 
 
 # ---------------------------------------------------------------- arrangement (SP model)
@@ -70,6 +73,8 @@ def block_order(sizes: list[int], sp: int) -> list[int]:
 def _arrangeable(layer: torch.nn.Module, sp: int) -> bool:
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear, QKVParallelLinear
     if not isinstance(layer, (MergedColumnParallelLinear, QKVParallelLinear)):
+        return False
+    if getattr(layer, ROWS_READ, False):    # a conv weight a core view reads by rows
         return False
     sizes = list(getattr(layer, "output_partition_sizes", []))
     if len(sizes) < 2 or any(p % sp for p in sizes):

@@ -16,7 +16,13 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from vllm.distributed import ulysses_gdn, ulysses_mla, ulysses_moe, ulysses_multimodal
+from vllm.distributed import (
+    ulysses_gdn,
+    ulysses_mamba,
+    ulysses_mla,
+    ulysses_moe,
+    ulysses_multimodal,
+)
 from vllm.logger import init_logger
 
 if TYPE_CHECKING:
@@ -43,6 +49,17 @@ def _check_mla(config: VllmConfig, mc: Any, what: str) -> None:
                          f"0.32 or newer (this is {_version()}): build it with ./build.sh "
                          "--version 0.33.0, or use -sp 1")
     ulysses_mla.verify_mla(config, mc, what)
+
+
+def _check_hybrid(config: VllmConfig, mc: Any, what: str) -> None:
+    if getattr(mc.hf_text_config, "model_type", None) not in ulysses_mamba.MAMBA2_MODEL_TYPES:
+        ulysses_gdn.verify_hybrid(config)
+        return
+    if _release() < (0, 32):
+        raise ValueError(f"sequence_parallel_size > 1 with Mamba-2 layers ({what}) needs vLLM "
+                         f"0.32 or newer (this is {_version()}): build it with ./build.sh "
+                         "--version 0.33.0, or use -sp 1")
+    ulysses_mamba.verify_mamba2(config)
 
 
 def validate_parallel_config(pc: ParallelConfig) -> None:
@@ -111,8 +128,8 @@ def verify_config(config: VllmConfig) -> None:
     if mc.is_attention_free or mc.has_noops:
         raise ValueError(f"sequence_parallel_size > 1 needs a decoder whose layers all use "
                          f"attention; {what} does not; use -sp 1")
-    if mc.is_hybrid:   # Gated-DeltaNet hybrids are served; the others refused
-        ulysses_gdn.verify_hybrid(config)
+    if mc.is_hybrid:   # Gated-DeltaNet and Mamba-2 hybrids are served; the others refused
+        _check_hybrid(config, mc, what)
     if mc.runner_type not in ("generate", "draft"):   # draft: a drafter's own config
         raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
                          f"runner '{mc.runner_type}'; use -sp 1")

@@ -48,9 +48,6 @@ GDN_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 # The other hybrids' non-attention layers, for the one-line refusal.
 _OTHER_LAYERS = {
     "jamba": "Mamba",
-    "nemotron_h": "Mamba2",
-    "granitemoehybrid": "Mamba2",
-    "falcon_h1": "Mamba2",
     "bamba": "Mamba2",
     "zamba2": "Mamba2",
     "plamo2": "Mamba2",
@@ -77,8 +74,9 @@ def verify_hybrid(config: VllmConfig) -> None:
     if model_type not in GDN_MODEL_TYPES:
         layer = _OTHER_LAYERS.get(model_type) or _non_attention_layers(hf)
         raise ValueError(f"sequence_parallel_size > 1 does not support the {layer} layers of "
-                         f"{mc.architecture} yet (of the hybrids only the Gated-DeltaNet "
-                         f"models Qwen3-Next and Qwen3.5); use -sp 1")
+                         f"{mc.architecture} yet (of the hybrids the Gated-DeltaNet models "
+                         f"Qwen3-Next and Qwen3.5, and the Mamba-2 ones Nemotron-H, Granite "
+                         f"4.0-H and Falcon-H1); use -sp 1")
     for what in ("linear_num_key_heads", "linear_num_value_heads"):
         heads = getattr(hf, what)
         if heads % (tp * sp):
@@ -108,7 +106,11 @@ class LinearAttentionPlan:
         self.v_width = mixer.value_dim // tp
         self.local_v_heads = mixer.num_v_heads // (tp * self.sp)
         self.head_v_dim = mixer.head_v_dim
-        self.conv = _LocalConv(mixer, self)
+        qc, vc, s = self.q_width // self.sp, self.v_width // self.sp, self.rank
+        self.conv = LocalConv(mixer, torch.cat([
+            torch.arange(s * qc, (s + 1) * qc),
+            torch.arange(self.q_width + s * qc, self.q_width + (s + 1) * qc),
+            torch.arange(2 * self.q_width + s * vc, 2 * self.q_width + (s + 1) * vc)]))
 
     @classmethod
     def maybe_create(cls, mixer: torch.nn.Module) -> LinearAttentionPlan | None:
@@ -194,9 +196,11 @@ def _core_view(mixer: torch.nn.Module, plan: LinearAttentionPlan) -> torch.nn.Mo
     return view
 
 
-class _LocalConv:
-    """The conv1d the core sees: rows [q chunk s | k chunk s | v chunk s]
-    of the TP rank's [q | k | v] weight, the full-TP rank's rows.
+class LocalConv:
+    """The conv1d a state-space core sees under SP: ``rows`` of the TP
+    rank's depthwise conv weight, the full-TP rank's rows (GDN: [q chunk s
+    | k chunk s | v chunk s] of [q | k | v]; ``ulysses_mamba``: x, B and C
+    alike).
 
     A copy (the rows are not one slice), made when first read and again
     whenever the source changes: a load through the weight's loader (which
@@ -205,18 +209,14 @@ class _LocalConv:
     Rebuilt into the same tensor when its shape allows, so a CUDA graph that
     captured its address reads the new rows."""
 
-    def __init__(self, mixer: torch.nn.Module, plan: LinearAttentionPlan) -> None:
+    def __init__(self, mixer: torch.nn.Module, rows: torch.Tensor) -> None:
         self._mixer = weakref.proxy(mixer)
         self._loads = 0
         self._key: tuple | None = None
         self._weight: torch.Tensor | None = None
         self._unpacked: torch.Tensor | None = None
         self._bias: torch.Tensor | None = None
-        qc, vc, s = plan.q_width // plan.sp, plan.v_width // plan.sp, plan.rank
-        self._rows = torch.cat([torch.arange(s * qc, (s + 1) * qc),
-                                torch.arange(plan.q_width + s * qc, plan.q_width + (s + 1) * qc),
-                                torch.arange(2 * plan.q_width + s * vc,
-                                             2 * plan.q_width + (s + 1) * vc)])
+        self._rows = rows
         weight = mixer.conv1d.weight
         loader = getattr(weight, "weight_loader", None)
         if loader is not None:

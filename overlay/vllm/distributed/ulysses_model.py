@@ -124,8 +124,8 @@ def check_attention_layers(model: torch.nn.Module) -> None:
         if isinstance(module, AttentionLayerBase) and getattr(module, "ulysses", None) is None:
             raise ValueError(f"sequence_parallel_size > 1: layer {name} "
                              f"({type(module).__name__}) attends without a sequence-parallel "
-                             "exchange (SP serves vLLM's Attention and Gated-DeltaNet layers); "
-                             "use -sp 1")
+                             "exchange (SP serves vLLM's Attention, MLA, Gated-DeltaNet and "
+                             "Mamba-2 layers); use -sp 1")
 
 
 def shard_model_tokens(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,0 +1,191 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Ulysses SP for vLLM's Mamba-2 mixer (``MambaMixer2``: Nemotron-H,
+Granite 4.0-H, Falcon-H1).
+
+Why a module of its own: the mixer's core (a causal conv, then the SSD scan)
+is a recurrence over each request's tokens, so an SP rank cannot run it on
+its 1/SP of a step; its heads are independent, between token-local input and
+output projections.  So the Gated-DeltaNet trick (``ulysses_gdn``) applies:
+after ``in_proj`` (this rank's tokens, the TP rank's weights) one all-to-all
+gives each SP rank every token of the step for 1/SP of the TP rank's heads
+(x and dt by head; B and C by group, each group repeated to the SP ranks of
+its heads where a TP rank holds fewer groups than SP, as KV heads are); the
+core runs over the whole step; a second all-to-all returns its output to
+the token owners before the gated norm and ``out_proj``.
+
+The core runs on a *view* of the mixer registered in its place under its
+name: the mixer of plain TP over TP*SP on full-TP rank t*SP+s (its conv
+rows, ``A``, ``D``, ``dt_bias`` and sizes), so its conv and SSM state caches
+are that mixer's, channel for channel, and Shift's full-TP model (which is
+that mixer) shares them.  Upstream builds that mixer only when TP*SP
+divides the heads and the groups (or there is one group): other layouts
+are refused before any worker starts.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.distributed import ulysses
+from vllm.distributed.ulysses_gdn import LocalConv
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+# hf_text_config.model_type -> (heads field, groups field) of the Mamba-2 hybrids served.
+MAMBA2_MODEL_TYPES = {
+    "nemotron_h": ("mamba_num_heads", "n_groups"),
+    "granitemoehybrid": ("mamba_n_heads", "mamba_n_groups"),
+    "falcon_h1": ("mamba_n_heads", "mamba_n_groups"),
+}
+
+
+def verify_mamba2(config: VllmConfig) -> None:
+    """The full TP*SP mixer must be one upstream builds: TP*SP divides the
+    Mamba heads, and the groups (or there is one group)."""
+    mc, pc = config.model_config, config.parallel_config
+    hf = mc.hf_text_config
+    heads_field, groups_field = MAMBA2_MODEL_TYPES[hf.model_type]
+    heads, groups = getattr(hf, heads_field), getattr(hf, groups_field)
+    n = pc.tensor_parallel_size * pc.sequence_parallel_size
+    if heads % n:
+        raise ValueError(f"{mc.architecture} has {heads_field}={heads}, not divisible by "
+                         f"tensor_parallel_size*sequence_parallel_size={n}; choose TP*SP "
+                         "dividing the Mamba heads")
+    if groups % n and groups != 1:
+        raise ValueError(f"{mc.architecture} has {groups_field}={groups}, which "
+                         f"tensor_parallel_size*sequence_parallel_size={n} does not divide "
+                         "(plain TP over TP*SP ranks could not split its groups); choose "
+                         "TP*SP dividing the Mamba groups")
+
+
+class Mamba2Plan:
+    """Per Mamba-2 mixer: the exchanges around its core, and the view the
+    core runs on."""
+
+    def __init__(self, mixer: torch.nn.Module, groups: int) -> None:
+        sp, tp = ulysses.sp_size(), mixer.tp_size
+        self.sp, self.rank, self.group = sp, ulysses.sp_rank(), ulysses.get_sp_group()
+        self.x_width = mixer.intermediate_size // tp
+        self.tp_groups = mixer.n_groups // tp          # (groups replicated to TP, if one)
+        self.bc_width = self.tp_groups * mixer.ssm_state_size
+        self.dt_width = mixer.num_heads // tp
+        # Each group's B and C go to the SP ranks of its heads.
+        self.repeat = max(1, sp // self.tp_groups)
+        self.local_groups = max(1, self.tp_groups // sp)
+        self.local_heads = self.dt_width // sp
+        self.head_dim = mixer.head_dim
+        self.full_groups = groups if groups % (tp * sp) == 0 else tp * sp
+        state, x_l = mixer.ssm_state_size, self.x_width // sp
+        g0 = (self.rank // self.repeat) * self.local_groups * state
+        bc = torch.arange(g0, g0 + self.local_groups * state)
+        # Its rows stay in their natural order under Shift (shift_weights.ROWS_READ).
+        mixer.conv1d._ulysses_reads_rows = True
+        self.conv = LocalConv(mixer, torch.cat([
+            torch.arange(self.rank * x_l, (self.rank + 1) * x_l),
+            self.x_width + bc, self.x_width + self.bc_width + bc]))
+
+    @classmethod
+    def maybe_create(cls, mixer: torch.nn.Module, groups: int) -> Mamba2Plan | None:
+        """At the end of the mixer's ``__init__`` (``groups``: the model's
+        own count, before upstream's replication).  None without SP (and in
+        Shift's full-TP model, built with SP=1): the mixer is upstream's."""
+        if ulysses.sp_size() == 1:
+            return None
+        from vllm.config import get_current_vllm_config
+
+        vllm_config = get_current_vllm_config()
+        mc = vllm_config.model_config
+        if getattr(mc.hf_text_config, "model_type", None) not in MAMBA2_MODEL_TYPES:
+            raise ValueError(f"sequence_parallel_size > 1 does not support the Mamba2 layers of "
+                             f"{mc.architecture} yet (of the Mamba-2 hybrids Nemotron-H, "
+                             f"Granite 4.0-H and Falcon-H1); use -sp 1")
+        sp, tp = ulysses.sp_size(), mixer.tp_size
+        if mixer.num_heads % (tp * sp) or (groups % (tp * sp) and groups != 1):
+            raise ValueError(f"{mixer.num_heads} Mamba heads and {groups} groups cannot be "
+                             f"split over tensor_parallel_size*sequence_parallel_size="
+                             f"{tp}*{sp}")
+        if getattr(mixer, "use_replayssm", False):
+            raise ValueError("sequence_parallel_size > 1 does not support --use-replayssm yet")
+        ulysses.register_ops()
+        plan = cls(mixer, groups)
+        table = vllm_config.compilation_config.static_forward_context
+        assert table.get(mixer.prefix) is mixer, f"{mixer.prefix} is not registered"
+        table[mixer.prefix] = _core_view(mixer, plan)
+        return plan
+
+    def forward(self, core_op: Any, projected_states: torch.Tensor,
+                layer_name: Any) -> torch.Tensor:
+        """``in_proj``'s output [n, gate | x | B | C | dt] for this rank's n
+        tokens -> the core's output [n, H/TP * head_dim] for them."""
+        n = projected_states.shape[0]
+        _, x, b, c, dt = projected_states.split(
+            [self.x_width, self.x_width, self.bc_width, self.bc_width, self.dt_width], dim=-1)
+        r = self.repeat
+        # One buffer [SP*n, x | B | C | dt]: the view's core reads it from offset 0.
+        exchanged = ulysses.heads_from_tokens([x, b, c, dt], [1, r, r, 1], self.group)
+        core_in = torch.cat(exchanged, dim=-1)
+        # zeros, as the GDN plan: the core writes only the step's actual tokens.
+        out = torch.zeros((self.sp * n, self.local_heads * self.head_dim),
+                          dtype=projected_states.dtype, device=projected_states.device)
+        core_op(core_in, out, layer_name)
+        return ulysses.tokens_from_heads(out, self.group)
+
+
+# ---------------------------------------------------------------- the view
+
+# view -> (mixer, plan), kept off the view's __dict__ (as ulysses_gdn's).
+_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_VIEW_CLASSES: dict[type, type] = {}
+
+
+def _heads(view: Any, param: torch.Tensor) -> torch.Tensor:
+    """This GPU's entries of a per-head parameter ([H/TP]): a view, so weights
+    loaded later are the ones read."""
+    _, plan = _VIEWS[view]
+    return param.narrow(0, plan.rank * plan.local_heads, plan.local_heads)
+
+
+def _state_shape(view: Any):
+    """The state shapes of plain TP over TP*SP: upstream's, with the
+    full-TP group as the TP group."""
+    mixer, _ = _VIEWS[view]
+    with ulysses.as_full_tp():
+        return type(mixer).get_state_shape(view)
+
+
+def _view_class(cls: type) -> type:
+    if cls not in _VIEW_CLASSES:
+        _VIEW_CLASSES[cls] = type(f"Ulysses{cls.__name__}", (cls,), {
+            "__doc__": "A Mamba-2 mixer as plain TP over TP*SP ranks sees it (ulysses_mamba).",
+            "A": property(lambda self: _heads(self, _VIEWS[self][0].A)),
+            "D": property(lambda self: _heads(self, _VIEWS[self][0].D)),
+            "dt_bias": property(lambda self: _heads(self, _VIEWS[self][0].dt_bias)),
+            "conv1d": property(lambda self: _VIEWS[self][1].conv),
+            "conv_weights": property(lambda self: _VIEWS[self][1].conv.weight.flatten(1)),
+            "get_state_shape": _state_shape,
+        })
+    return _VIEW_CLASSES[cls]
+
+
+def _core_view(mixer: torch.nn.Module, plan: Mamba2Plan) -> torch.nn.Module:
+    """An object of a subclass of the mixer's class with the mixer's
+    attributes, but the sizes of full-TP rank t*SP+s of TP*SP: its heads,
+    groups, conv channels; and the core's input read from offset 0 (the
+    exchange leaves out the gate, which stays with the token owners)."""
+    view = object.__new__(_view_class(type(mixer)))
+    d = {k: v for k, v in mixer.__dict__.items() if k != "_buffers"}
+    view.__dict__.update(d)
+    view.__dict__["_buffers"] = {k: v for k, v in mixer._buffers.items() if k != "conv_weights"}
+    n = mixer.tp_size * plan.sp
+    x_l, g_l = plan.x_width // plan.sp, plan.local_groups * mixer.ssm_state_size
+    view.__dict__.update(
+        tp_size=n, n_groups=plan.full_groups,
+        groups_ssm_state_size=plan.full_groups * mixer.ssm_state_size,
+        tped_intermediate_size=0,              # no gate in the core's input
+        tped_conv_size=x_l + 2 * g_l, tped_dt_size=plan.local_heads,
+        split_hidden_states_B_C_fn=lambda xbc: torch.split(xbc, [x_l, g_l, g_l], dim=-1))
+    _VIEWS[view] = (mixer, plan)
+    return view
