@@ -13,6 +13,7 @@ import pytest
 from harness.config import engine_config, error_line, write_config
 from harness.gloo import run_ranks
 from harness.models import make_model
+from harness.repo import VERSION
 
 
 def gdn_plan_on_each_rank(rank, world, tp, sp, cfg):
@@ -123,9 +124,10 @@ def test_linear_heads_must_divide(models_dir):
 
 
 def test_other_hybrids_refused_naming_their_layers(tmp_path):
-    """Jamba (Mamba), Granite-4.0-H (Mamba2), LFM2 (ShortConv): refused
-    before any worker starts, in one line."""
-    from transformers import GraniteMoeHybridConfig, JambaConfig, Lfm2Config
+    """Jamba (Mamba), Zamba2 (Mamba2: not among the served Mamba-2
+    hybrids), LFM2 (ShortConv): refused before any worker starts, in one
+    line."""
+    from transformers import JambaConfig, Lfm2Config, Zamba2Config
 
     small = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=512)
@@ -133,9 +135,10 @@ def test_other_hybrids_refused_naming_their_layers(tmp_path):
         ("jamba", JambaConfig(**small, num_hidden_layers=2, attn_layer_period=2,
                               attn_layer_offset=1, expert_layer_period=2, num_experts=1),
          "JambaForCausalLM", "Mamba layers"),
-        ("granite", GraniteMoeHybridConfig(**small, num_hidden_layers=2,
-                                           layer_types=["mamba", "attention"]),
-         "GraniteMoeHybridForCausalLM", "Mamba2 layers"),
+        ("zamba2", Zamba2Config(**small, num_hidden_layers=2, mamba_d_state=16,
+                                mamba_headdim=16, n_mamba_heads=8,
+                                layers_block_type=["mamba", "hybrid"]),
+         "Zamba2ForCausalLM", "Mamba2 layers"),
         ("lfm2", Lfm2Config(**{**small, "num_hidden_layers": 2},
                             layer_types=["conv", "full_attention"]),
          "Lfm2ForCausalLM", "ShortConv layers"),
@@ -148,3 +151,40 @@ def test_other_hybrids_refused_naming_their_layers(tmp_path):
             engine_config(model, sequence_parallel_size=2)
         line = error_line(excinfo, "sequence_parallel_size > 1 does not support the")
         assert layer in line and arch in line and "use -sp 1" in line, line
+
+
+@pytest.mark.core
+def test_mamba2_hybrid_layouts(tmp_path):
+    """Granite 4.0-H (Mamba-2; served: test_e2e_mamba) builds under SP where
+    plain TP over TP*SP could be built: TP*SP divides the Mamba heads, and
+    the groups (or there is one).  Otherwise refused in one line; on 0.26.0
+    refused naming the release to build (core: its tier runs this)."""
+    from transformers import GraniteMoeHybridConfig
+
+    def granite(name, **kw):
+        cfg = GraniteMoeHybridConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     max_position_embeddings=512, num_hidden_layers=2,
+                                     layer_types=["mamba", "attention"],
+                                     **{"mamba_d_head": 16, **kw}).to_dict()
+        cfg["architectures"] = ["GraniteMoeHybridForCausalLM"]
+        return write_config(tmp_path / name, cfg)
+
+    one = granite("g1", mamba_n_heads=8, mamba_n_groups=1)
+    if VERSION == "0.26.0":
+        with pytest.raises(Exception) as excinfo:
+            engine_config(one, sequence_parallel_size=2)
+        line = error_line(excinfo, "needs vLLM 0.32 or newer")
+        assert "Mamba-2" in line and "./build.sh --version 0.33.0" in line, line
+        return
+    engine_config(one, tensor_parallel_size=2, sequence_parallel_size=2)
+    engine_config(granite("g4", mamba_n_heads=8, mamba_n_groups=4), sequence_parallel_size=4)
+    with pytest.raises(Exception) as excinfo:
+        engine_config(granite("g2", mamba_n_heads=8, mamba_n_groups=2), sequence_parallel_size=4)
+    line = error_line(excinfo, "mamba_n_groups=2")
+    assert "tensor_parallel_size*sequence_parallel_size=4 does not divide" in line, line
+    with pytest.raises(Exception) as excinfo:
+        engine_config(granite("h6", mamba_n_heads=6, mamba_n_groups=1, mamba_expand=3,
+                              mamba_d_head=32),
+                      sequence_parallel_size=4)
+    assert "mamba_n_heads=6" in error_line(excinfo, "not divisible by")

@@ -55,7 +55,6 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
 
     The directory name encodes the arguments, so a cached checkpoint is reused
     by every test of a session."""
-    import torch
     import transformers
 
     # vLLM's CPU attention kernels take head_dim in {32, 64, 80, 96, ...}.
@@ -151,6 +150,13 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
         cls = transformers.Qwen3NextForCausalLM
     else:
         raise ValueError(f"unknown arch {arch}")
+    return _save(cfg, cls, path, dtype, seed)
+
+
+def _save(cfg, cls, path: Path, dtype: str, seed: int) -> Path:
+    """A random ``cls`` of ``cfg`` in ``dtype`` with the tokenizer, at ``path``."""
+    import torch
+
     torch.manual_seed(seed)
     model = cls(cfg).to(getattr(torch, dtype))
     # A wider init than the default keeps logits well separated, so greedy
@@ -169,6 +175,46 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     _tokenizer(tmp)
     tmp.rename(path)
     return path
+
+
+def make_mamba2(root: Path, arch: str, *, groups: int, dtype: str = "float32",
+                seed: int = 0) -> Path:
+    """A tiny Mamba-2 hybrid (``arch``: nemotron_h, granitemoehybrid,
+    falcon_h1): 8 Mamba heads of 32 in ``groups`` groups, state 64, conv 4;
+    attention 8 heads / 2 KV heads of 32.  Nemotron-H: Mamba, attention,
+    Mamba, MLP layers; Granite 4.0-H: Mamba and attention layers, each with a
+    MoE (4 experts, top-2) and a shared expert; Falcon-H1: attention and
+    Mamba side by side in every layer."""
+    import transformers
+
+    path = Path(root) / f"{arch}-g{groups}-{dtype}-s{seed}"
+    if (path / "config.json").exists():
+        return path
+    common = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=256,
+                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
+                  bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    if arch == "nemotron_h":
+        cfg = transformers.NemotronHConfig(
+            **common, num_hidden_layers=4, hybrid_override_pattern="M*M-", head_dim=32,
+            mamba_num_heads=8, mamba_head_dim=32, ssm_state_size=64, n_groups=groups,
+            mamba_d_conv=4)
+        cls = transformers.NemotronHForCausalLM
+    elif arch == "granitemoehybrid":
+        cfg = transformers.GraniteMoeHybridConfig(
+            **common, num_hidden_layers=2, layer_types=["mamba", "attention"],
+            num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=128,
+            mamba_n_heads=8, mamba_d_head=32, mamba_n_groups=groups, mamba_d_state=64,
+            mamba_d_conv=4, mamba_expand=1)
+        cls = transformers.GraniteMoeHybridForCausalLM
+    elif arch == "falcon_h1":
+        cfg = transformers.FalconH1Config(
+            **common, num_hidden_layers=2, head_dim=32, mamba_n_heads=8, mamba_d_head=32,
+            mamba_n_groups=groups, mamba_d_state=64, mamba_d_conv=4, mamba_expand=1,
+            mamba_d_ssm=256)
+        cls = transformers.FalconH1ForCausalLM
+    else:
+        raise ValueError(f"unknown Mamba-2 hybrid {arch}")
+    return _save(cfg, cls, path, dtype, seed)
 
 
 # The hybrid (Qwen3-Next: Gated-DeltaNet and gated attention, MoE), in

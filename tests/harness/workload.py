@@ -50,7 +50,9 @@ def reference(model) -> Run:
 
 def checkpoint_experts(model) -> dict[int, tuple[int, int]]:
     """Per MoE layer of a checkpoint: (routed experts, bytes of their
-    parameters as stored), shared experts and the router left out."""
+    parameters as stored), shared experts and the router left out
+    (GraniteMoe stores a layer's experts stacked in ``block_sparse_moe``'s
+    ``input_linear`` and ``output_linear``)."""
     import json
     import re
     from pathlib import Path
@@ -65,7 +67,8 @@ def checkpoint_experts(model) -> dict[int, tuple[int, int]]:
     for f in Path(model).glob("*.safetensors"):
         with safe_open(f, "pt") as st:
             for name in st.keys():
-                m = re.search(r"layers\.(\d+)\..*\.experts\.", name)
+                m = re.search(r"layers\.(\d+)\.(.*\.experts\.|block_sparse_moe\.\w+_linear\.)",
+                              name)
                 if m:
                     t = st.get_tensor(name)
                     layers[int(m[1])] = layers.get(int(m[1]), 0) + t.numel() * t.element_size()
