@@ -53,13 +53,13 @@ import build  # noqa: E402
 BODY_MIN = 100
 NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*\.patch$")
 # Every patch's fields, and an upstream fix's besides: what a value must
-# start with, and that said in words for the error (the reason after
-# "no"/"not-needed" is free text).
+# start with, and that said in words for the error (after "no" or
+# "not-needed" a reason in parentheses, free text).
 URL = r"https?://\S+"
 FIELDS = {"Description": (r"[\w./ -]+: \S", "'topic: what'"),
           "Origin": (r"\S", "who wrote it (vllm-sp: we did)"),
-          "Forwarded": (rf"({URL}|no|not-needed)\b", "a URL, or no / not-needed (why)")}
-FIX_FIELDS = {"Bug": (rf"({URL}|no)\b", "the upstream issue's URL, or no (why)"),
+          "Forwarded": (rf"({URL}|(no|not-needed) \(\S)", "a URL, or no / not-needed (why)")}
+FIX_FIELDS = {"Bug": (rf"({URL}|no \(\S)", "the upstream issue's URL, or no (why)"),
               "Drop-When": (r"\S", "what upstream must have for the patch to go")}
 
 

@@ -294,7 +294,8 @@ def test_check_series_wants_the_header_fields(tmp_path):
     """A patch without one of its DEP-3-style fields fails check_series.py
     with one line naming the patch and the field: Forwarded on every patch,
     Drop-When only on an upstream fix (a patch after series' "Upstream
-    fixes" comment; an SP patch has none and passes)."""
+    fixes" comment; an SP patch has none and passes); and a "no" without
+    its reason in parentheses."""
     vdir = tmp_path / f"v{VERSION}"
     shutil.copytree(VERSION_DIR, vdir)
     fix = "cpu-attention-writes-only-actual-tokens.patch"
@@ -305,6 +306,10 @@ def test_check_series_wants_the_header_fields(tmp_path):
         cut = re.sub(rf"^{field}: .*\n( .*\n)*", "", text, count=1, flags=re.M)
         assert cut != text, f"{name} has no {field}: field to remove"
         (vdir / name).write_text(cut)
+    bare = "shutdown-kills-workers-of-an-exited-engine.patch"
+    text = (vdir / bare).read_text()
+    (vdir / bare).write_text(re.sub(r"^Forwarded: .*\n( .*\n)*", "Forwarded: no\n", text,
+                                    count=1, flags=re.M))
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
                            "--version", VERSION, "--cache", str(CACHE),
                            "--patches-dir", str(tmp_path)], text=True, capture_output=True)
@@ -314,6 +319,8 @@ def test_check_series_wants_the_header_fields(tmp_path):
         "(wanted: a URL, or no / not-needed (why))",
         f"check_series: v{VERSION}: {fix}: no Drop-When: field in the header "
         "(wanted: what upstream must have for the patch to go; every upstream fix has one)",
+        f"check_series: v{VERSION}: {bare}: Forwarded: 'no' is not a URL, or no / not-needed "
+        "(why)",
     ], proc.stderr
 
 
