@@ -73,6 +73,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.fused_graphs import fused_graphs, summary
+from harness import drafters, models
 from harness.compare import logprob_diffs
 from harness.engine import cpu_env
 
@@ -166,8 +167,7 @@ FAMILIES: dict[str, dict] = {
     # rotary 0.25, interleaved M-RoPE [11, 11, 10], the recurrent state in
     # float32 (its mamba_ssm_dtype); a Qwen3-VL-style vision tower (16 heads
     # of 72, 16-pixel patches merged 2x2, no deepstack).
-    "qwen3_5": dict(cfg="Qwen3_5Config", cls="Qwen3_5ForConditionalGeneration", vl="qwen3_vl",
-                    gdn=True, text=dict(
+    "qwen3_5": dict(vl="qwen3_5_vl", gdn=True, text=dict(
         hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=24,
         num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=48,
         linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
@@ -184,8 +184,7 @@ FAMILIES: dict[str, dict] = {
     # of 128 and 2 KV heads (fewer than TP*SP: replicated), M-RoPE [16, 24,
     # 24]; the vision tower's 16 heads of 80, windowed attention (112 pixels)
     # with full attention every fourth block, 14-pixel patches merged 2x2.
-    "qwen2_5_vl": dict(cfg="Qwen2_5_VLConfig", cls="Qwen2_5_VLForConditionalGeneration",
-                       vl="qwen2_5_vl", text=dict(
+    "qwen2_5_vl": dict(vl="qwen2_5_vl", text=dict(
         hidden_size=2048, intermediate_size=5504, num_hidden_layers=4, num_attention_heads=16,
         num_key_value_heads=2, rope_theta=1000000.0,
         rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
@@ -198,8 +197,7 @@ FAMILIES: dict[str, dict] = {
     # 20]; the vision tower's 16 heads of 72, 16-pixel patches merged 2x2,
     # and deepstack: features of three encoder layers (here two of three)
     # added to the first decoder layers' hidden states at the image tokens.
-    "qwen3_vl": dict(cfg="Qwen3VLConfig", cls="Qwen3VLForConditionalGeneration", vl="qwen3_vl",
-                     text=dict(
+    "qwen3_vl": dict(vl="qwen3_vl", text=dict(
         hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=16,
         num_key_value_heads=4, head_dim=128,
         rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
@@ -215,8 +213,7 @@ FAMILIES: dict[str, dict] = {
     # sliding 512) attending to each image's tokens bidirectionally; SigLIP
     # at 896 pixels (16 heads of 72, 14-pixel patches) pooled to 256 tokens an
     # image; the embeddings tied, as published.
-    "gemma3_vl": dict(cfg="Gemma3Config", cls="Gemma3ForConditionalGeneration", vl="gemma3",
-                      mm_tokens=256, text=dict(
+    "gemma3_vl": dict(vl="gemma3_vl", mm_tokens=256, text=dict(
         hidden_size=1152, intermediate_size=3072, num_hidden_layers=6, num_attention_heads=8,
         num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256, sliding_window=512,
         layer_types=["sliding_attention"] * 5 + ["full_attention"]),
@@ -224,14 +221,9 @@ FAMILIES: dict[str, dict] = {
                     num_attention_heads=16, image_size=896, patch_size=14,
                     vision_use_head=False)),
 }
-# A multimodal family's vision tokens (tokenizer attribute -> token): the
-# generated tokenizer holds them right after <unk> <s> </s>; prompts draw
-# their text from VL_FIRST_ID on, so that no random id is a placeholder.
-_QWEN_VL = {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
-            "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"}
-VL_TOKENS = {"qwen3_vl": _QWEN_VL, "qwen2_5_vl": _QWEN_VL,
-             "gemma3": {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>",
-                        "eoi_token": "<end_of_image>"}}
+# A multimodal family's tokenizer holds its vision tokens (harness.models.VL_TOKENS) right
+# after <unk> <s> </s>; prompts draw their text from VL_FIRST_ID on, so that no random id
+# is a placeholder.
 VL_FIRST_ID = 16
 # layout -> (tensor_parallel_size, sequence_parallel_size, shift, GPUs)
 # tp1_again: TP=1 once more, in a later lease than the family's reference:
@@ -299,128 +291,36 @@ SCALES = {
 
 def make_ckpt(family: str, out: Path, seed: int = 0) -> None:
     """The family's checkpoint at ``out`` (kept if there), with a generated
-    tokenizer (and for a multimodal family its processor) beside it, so that
-    ``vllm serve`` takes it as it is; then the drafters its entry names."""
+    tokenizer (and for a multimodal family its processor: the image processor as
+    the CPU tests build it, the published checkpoints' pixel budget cut to
+    ``pixels``) beside it, so that ``vllm serve`` takes it as it is; then the
+    drafters its entry names.  The CPU tests' writer (harness.models), at this
+    vocabulary, std 0.05 and bfloat16, on a GPU where there is one."""
     import torch
     import transformers
 
     spec = FAMILIES[family]
     if not (out / "config.json").exists():
-        kw = dict(vocab_size=VOCAB, max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
-                  tie_word_embeddings=False)
-        tmp = out.with_name(out.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        processor, renames = None, ()
+        kw = dict(vocab_size=VOCAB, max_position_embeddings=8192, bos_token_id=1, eos_token_id=2)
+        renames, fields = [], {}
         if spec.get("vl"):
-            kw.pop("tie_word_embeddings")
-            cfg, processor, renames = _multimodal(spec, tmp, kw)
+            vl = spec["vl"]
+            cfg, cls, tok, processor, renames = models.vl_parts(
+                vl, {**kw, **spec["text"]}, spec["vision"], pixels=spec.get("pixels"),
+                mm_tokens=spec.get("mm_tokens", 0), vocab=VOCAB, newlines=vl == "gemma3_vl")
+            beside = [tok, processor]
+            if "mamba_ssm_dtype" in spec["text"]:       # as the published config
+                fields = {"text_config": {"mamba_ssm_dtype": spec["text"]["mamba_ssm_dtype"]}}
         else:
-            write_tokenizer(tmp)
-            kw.update(spec["kw"])
-            cfg = getattr(transformers, spec["cfg"])(**kw)
-        torch.manual_seed(seed)
-        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-            model = getattr(transformers, spec["cls"])(cfg).to(torch.bfloat16)
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if p.dim() >= 2:
-                    p.normal_(0.0, 0.05)
-                elif name.endswith("sinks"):
-                    p.normal_(0.0, 2.0)
-        model.save_pretrained(tmp, safe_serialization=True)
-        if processor is not None:
-            processor.save_pretrained(tmp)
-        if renames:
-            _rename_weights(tmp, renames)
-        meta = json.loads((tmp / "config.json").read_text())
-        meta["torch_dtype"] = "bfloat16"
-        if spec.get("vl") and "mamba_ssm_dtype" in spec["text"]:   # as the published config
-            meta["text_config"]["mamba_ssm_dtype"] = spec["text"]["mamba_ssm_dtype"]
-        (tmp / "config.json").write_text(json.dumps(meta, indent=1))
-        tmp.rename(out)
-        del model
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()      # the engines this process starts want the GPUs
+            cfg = getattr(transformers, spec["cfg"])(
+                **{**kw, "tie_word_embeddings": False, **spec["kw"]})
+            cls = getattr(transformers, spec["cls"])
+            beside = [models.tokenizer(vocab=VOCAB)]
+        models.save_random(out, cfg, cls, dtype="bfloat16", seed=seed, std=0.05,
+                           device="cuda" if torch.cuda.is_available() else "cpu",
+                           beside=beside, renames=renames, fields=fields)
     for drafter in spec.get("drafters", ()):
         make_drafter(family, out, drafter)
-
-
-def write_tokenizer(path: Path, specials: dict[str, str] | None = None,
-                    newlines: bool = False):
-    """A word-level tokenizer of VOCAB words (``w<i>``), ``<unk> <s> </s>``
-    first, then ``specials`` (tokenizer attribute -> token, e.g. the image
-    placeholder a processor expands), then (``newlines``) the runs of
-    newlines Gemma 3's processor wraps an image in, as added tokens; saved
-    at ``path``."""
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = specials or {}
-    runs = ["\n\n\n\n", "\n\n\n", "\n\n", "\n"] if newlines else []
-    head = ["<unk>", "<s>", "</s>", *specials.values(), *runs]
-    words = head + [f"w{i}" for i in range(VOCAB - len(head))]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_tokens([AddedToken(n, normalized=False) for n in runs])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", extra_special_tokens=specials or None)
-    fast.chat_template = (
-        "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
-        "{% if add_generation_prompt %}assistant {% endif %}")
-    fast.save_pretrained(path)
-    return fast
-
-
-def _multimodal(spec: dict, tmp: Path, text: dict):
-    """(config, processor, weight renames) of a multimodal family, its
-    tokenizer written at ``tmp``: the image processor as the CPU tests build
-    it (PIL), the published checkpoints' pixel budget cut to ``pixels``."""
-    import transformers
-
-    vl, px = spec["vl"], spec.get("pixels", {})
-    tok = write_tokenizer(tmp, VL_TOKENS[vl], newlines=vl == "gemma3")
-    ids = tok.convert_tokens_to_ids
-    if vl == "gemma3":
-        cfg = transformers.Gemma3Config(
-            text_config={**text, **spec["text"]},
-            vision_config=transformers.SiglipVisionConfig(**spec["vision"]).to_dict(),
-            mm_tokens_per_image=spec["mm_tokens"], boi_token_index=ids("<start_of_image>"),
-            eoi_token_index=ids("<end_of_image>"), image_token_index=ids("<image_soft_token>"),
-            tie_word_embeddings=True)
-        side = spec["vision"]["image_size"]
-        processor = transformers.Gemma3Processor(
-            image_processor=transformers.Gemma3ImageProcessorPil(
-                size={"height": side, "width": side}),
-            tokenizer=tok, image_seq_length=spec["mm_tokens"])
-        # vLLM 0.26 reads SigLIP under vision_tower.vision_model., as the
-        # published checkpoints hold it; transformers 5 saves it a level up.
-        return cfg, processor, [("vision_tower.", "vision_tower.vision_model.")]
-    cfg = getattr(transformers, spec["cfg"])(
-        text_config={**text, **spec["text"]}, vision_config=dict(spec["vision"]),
-        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=False)
-    image = transformers.Qwen2VLImageProcessorPil(**px)
-    if vl == "qwen3_vl":
-        return cfg, transformers.Qwen3VLProcessor(
-            image_processor=image, tokenizer=tok,
-            video_processor=transformers.Qwen3VLVideoProcessor(**px)), []
-    return cfg, transformers.Qwen2_5_VLProcessor(
-        image_processor=image, tokenizer=tok,
-        video_processor=transformers.Qwen2VLVideoProcessor(**px)), []
-
-
-def _rename_weights(ckpt: Path, renames) -> None:
-    from safetensors.torch import load_file, save_file
-
-    for f in ckpt.glob("*.safetensors"):
-        weights = load_file(f)
-        for old, new in renames:
-            weights = {new + k[len(old):] if k.startswith(old) else k: v
-                       for k, v in weights.items()}
-        save_file(weights, f, metadata={"format": "pt"})
 
 
 def image_placeholder(cfg: dict) -> list[int]:
@@ -446,8 +346,8 @@ def spec_target(ckpt: Path, spec: str) -> Path:
 
 
 def make_drafter(family: str, ckpt: Path, spec: str, seed: int = 0) -> Path:
-    """The ``spec`` drafter of ``ckpt`` (kept if there).  Each predicts like
-    its target (the CPU tests' drafters, tests/harness/drafters.py): its
+    """The ``spec`` drafter of ``ckpt`` (kept if there): the CPU tests' (harness.drafters)
+    with smaller weights.  Each predicts like its target: its
     ``fc`` picks the target's last hidden state out of what it is given, a
     layer with small random weights (or a copy of the target's last
     full-attention layer) moves it a little, and the target's own final norm
@@ -456,8 +356,6 @@ def make_drafter(family: str, ckpt: Path, spec: str, seed: int = 0) -> Path:
     family's own checkpoint never does (0 of ~1500 drafts accepted on the CPU
     engine: with 32000 words a random model's greedy run does not repeat), so
     these drafters serve a repeating variant of it (``make_repeating``)."""
-    import torch
-
     out = drafter_dir(ckpt, spec)
     if (out / "config.json").exists():
         return out
@@ -465,84 +363,25 @@ def make_drafter(family: str, ckpt: Path, spec: str, seed: int = 0) -> Path:
         raise SystemExit(f"{family} has no {spec} drafter here (drafters: "
                          f"{', '.join(FAMILIES[family].get('drafters', ())) or 'none'})")
     target = make_repeating(family, ckpt)
-    cfg = json.loads((target / "config.json").read_text())
-    w = _tensors(target)
-    h = cfg["hidden_size"]
-    gen = torch.Generator().manual_seed(seed)
-
     # How little the drafter's own weights move the target's hidden state:
     # on this repeating target (its hidden state ~50x its token's embedding
     # for Llama) the CPU tests' std 0.02 in fc and an MTP layer copied whole
     # outweighed it (8% and 0% of the drafts accepted, where the target
-    # repeated 90% of its tokens).  The layers still run every kernel.
-    def small(*shape: int, std: float = 0.005):
-        return torch.randn(*shape, generator=gen) * std
-
-    def picks_hidden(cols: int):     # [... | hidden]: the last h columns pass the hidden state
-        m = small(h, cols, std=1e-4)
-        m[:, cols - h:] += torch.eye(h)
-        return m
-
-    def quiet(key: str, v):          # a copied layer, its outputs scaled down
-        return v * 0.02 if key.endswith(("o_proj.weight", "down_proj.weight")) else v
-
+    # repeated 90% of its tokens): here the layer's matrices are normals of
+    # std 0.005, fc's of 1e-4 beside the identity, a copied layer's outputs
+    # scaled by 0.02.  The layers still run every kernel.
+    noise = drafters.drawn(seed)
     if spec == "eagle3":
-        # An EAGLE-3 head as EAGLE-3 checkpoints ship for Llama 3.1
-        # (LlamaForCausalLMEagle3, one layer over [embedding | fc(hidden
-        # states)], no embedding of its own); it reads the target's hidden
-        # states after the embedding, the middle layer and the last layer.
-        heads, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-        inter, layers = cfg["intermediate_size"], cfg["num_hidden_layers"]
-        t = {"midlayer.self_attn.q_proj.weight": small(heads * hd, 2 * h),
-             "midlayer.self_attn.k_proj.weight": small(kv * hd, 2 * h),
-             "midlayer.self_attn.v_proj.weight": small(kv * hd, 2 * h),
-             "midlayer.self_attn.o_proj.weight": small(h, heads * hd),
-             "midlayer.mlp.gate_proj.weight": small(inter, h),
-             "midlayer.mlp.up_proj.weight": small(inter, h),
-             "midlayer.mlp.down_proj.weight": small(h, inter),
-             "fc.weight": picks_hidden(3 * h),
-             "norm.weight": w["model.norm.weight"].clone(),
-             "lm_head.weight": w["lm_head.weight"].clone()}
-        for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm"):
-            t[f"midlayer.{n}.weight"] = torch.ones(h)
-        head = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                    "num_attention_heads", "num_key_value_heads", "head_dim",
-                                    "max_position_embeddings", "rms_norm_eps", "rope_theta",
-                                    "rope_scaling", "rope_parameters", "bos_token_id",
-                                    "eos_token_id", "hidden_act") if k in cfg}
-        head.update(model_type="llama", architectures=["LlamaForCausalLMEagle3"],
-                    num_hidden_layers=1, torch_dtype="bfloat16", tie_word_embeddings=False,
-                    draft_vocab_size=cfg["vocab_size"], target_hidden_size=h,
-                    eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers])
-        return _write_weights(out, t, head)
-    # MTP: the target's checkpoint with the MTP layer its family ships.
+        return drafters.write_eagle3(out, target, noise, std=0.005, fc_std=1e-4)
+    # MTP: the target's checkpoint with the MTP layer its family ships, picking the hidden
+    # state (Qwen3-Next's mtp.*; GLM-4.5's and DeepSeek-V3's layer num_hidden_layers, MLA
+    # in DeepSeek's).
     if family == "qwen3_next":
-        # Qwen3-Next's mtp.*: a gated-attention MoE decoder layer behind fc
-        # over [embedding | hidden], its norms (1 + weight) zero.
-        full = max(i for i, k in enumerate(cfg["layer_types"]) if k == "full_attention")
-        src = f"model.layers.{full}."
-        t = {"mtp.layers.0." + k[len(src):]: quiet(k, v.clone()) for k, v in w.items()
-             if k.startswith(src)}
-        t["mtp.fc.weight"] = picks_hidden(2 * h)
-        t["mtp.norm.weight"] = w["model.norm.weight"].clone()
-        for n in ("pre_fc_norm_hidden", "pre_fc_norm_embedding"):
-            t[f"mtp.{n}.weight"] = torch.zeros(h)
-    elif family in ("glm4_moe", "deepseek_v3"):
-        # GLM-4.5's and DeepSeek-V3's layer num_hidden_layers: a MoE decoder layer
-        # (DeepSeek's: MLA) behind eh_proj over [embedding | hidden], with its shared head.
-        n = cfg["num_hidden_layers"]
-        src, dst = f"model.layers.{n - 1}.", f"model.layers.{n}."
-        t = {dst + k[len(src):]: quiet(k, v.clone()) for k, v in w.items()
-             if k.startswith(src)}
-        t[dst + "eh_proj.weight"] = picks_hidden(2 * h)
-        for norm in ("enorm", "hnorm"):
-            t[dst + f"{norm}.weight"] = torch.ones(h)
-        t[dst + "shared_head.norm.weight"] = w["model.norm.weight"].clone()
-        t[dst + "shared_head.head.weight"] = w["lm_head.weight"].clone()
-    else:
-        raise SystemExit(f"no MTP layer written for {family}")
-    cfg["num_nextn_predict_layers"] = 1
-    return _write_weights(out, {**w, **t}, cfg, like=target)
+        return drafters.write_qwen3_next_mtp(out, target, noise, fc_std=1e-4, scale=0.02)
+    if family in ("glm4_moe", "deepseek_v3"):
+        return drafters.write_deepseek_mtp(out, target, noise, fc_std=1e-4, scale=0.02,
+                                           hidden=True)
+    raise SystemExit(f"no MTP layer written for {family}")
 
 
 # Scales tried for the repeating target, in units of how much the layers add
@@ -599,9 +438,7 @@ def make_repeating(family: str, ckpt: Path) -> Path:
         tried.append({"scale": round(c * ratio, 2), "repeats": round(same / total, 3)})
         if same / total >= REPEAT_AT:
             break
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = models.staging(out)
     model.save_pretrained(tmp, safe_serialization=True)
     for f in ckpt.iterdir():
         if f.is_file() and f.suffix != ".safetensors" and not (tmp / f.name).exists():
@@ -614,36 +451,6 @@ def make_repeating(family: str, ckpt: Path) -> Path:
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    tmp.rename(out)
-    return out
-
-
-def _tensors(ckpt: Path) -> dict:
-    from safetensors.torch import load_file
-
-    out = {}
-    for f in sorted(ckpt.glob("*.safetensors")):
-        out.update(load_file(f))
-    return out
-
-
-def _write_weights(out: Path, tensors: dict, cfg: dict, like: Path | None = None) -> Path:
-    """``tensors`` in bfloat16 and ``cfg`` at ``out``; ``like``: the
-    checkpoint whose other files (tokenizer, generation config) come too."""
-    import torch
-    from safetensors.torch import save_file
-
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    for f in (like.iterdir() if like else ()):
-        if f.is_file() and f.suffix != ".safetensors" and f.name not in (
-                "config.json", "model.safetensors.index.json"):
-            shutil.copy(f, tmp / f.name)
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()},
-              tmp / "model.safetensors", metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
     tmp.rename(out)
     return out
 

@@ -2,7 +2,8 @@
 conftest's fixtures by name).
 
 * ``repo``     - the repository, the release under test, the download cache
-* ``models``   - tiny random Hugging Face checkpoints made on the fly (no hub)
+* ``models``, ``drafters`` - random Hugging Face checkpoints and drafters that predict
+  like them, made on the fly (no hub): the tests' tiny ones, benchmarks/equivalence.py's
 * ``engine``   - runs a real vLLM engine in a subprocess and returns its outputs
 * ``workload`` - the offline workload every equivalence test runs, on vLLM or
   in transformers (the reference of a family)

@@ -1,6 +1,6 @@
-"""Tiny speculative drafters for the tiny targets of ``models``: EAGLE and
-EAGLE-3 heads, and checkpoints with one multi-token-prediction (MTP) layer
-(MiMo's, Qwen3-Next's).
+"""Speculative drafters for the random targets of ``models`` (and of the GPU harness,
+benchmarks/equivalence.py): EAGLE and EAGLE-3 heads, and checkpoints with one
+multi-token-prediction (MTP) layer (MiMo's, Qwen3-Next's, DeepSeek-V3's and GLM-4.5's).
 
 Random drafters would propose random tokens and have nothing accepted, so
 each is built to *predict like its target*: it reads the target's last
@@ -12,95 +12,159 @@ LM head.  So it proposes roughly the target's token for the position it
 was given: right whenever the target repeats itself, which the tiny random
 models do.  Both are written as the real checkpoints are (names, config
 fields), loaded by vLLM's own classes.
+
+A drafter's random tensors come from a ``noise(i, *shape)`` (unit normals): ``seeded``
+gives the i-th tensor a stream of its own (the tests' drafters), ``drawn`` one stream in
+the order asked (the GPU harness's).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
-from harness.models import make_model
+from harness.models import make_model, staging
 
 
-def _small(*shape: int, seed: int):
+def seeded(seed: int):
+    """Noise whose i-th tensor is drawn from ``seed + i``."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g) * 0.02
+    return lambda i, *shape: torch.randn(*shape, generator=torch.Generator().manual_seed(seed + i))
 
 
-def _layer(prefix: str, hidden: int, heads: int, kv_heads: int, head_dim: int,
-           intermediate: int, qkv_in: int, seed: int, bias: bool = False) -> dict:
+def drawn(seed: int):
+    """Noise drawn from one stream seeded once, in the order the tensors are asked for."""
     import torch
 
-    t = {
-        f"{prefix}self_attn.q_proj.weight": _small(heads * head_dim, qkv_in, seed=seed),
-        f"{prefix}self_attn.k_proj.weight": _small(kv_heads * head_dim, qkv_in, seed=seed + 1),
-        f"{prefix}self_attn.v_proj.weight": _small(kv_heads * head_dim, qkv_in, seed=seed + 2),
-        f"{prefix}self_attn.o_proj.weight": _small(hidden, heads * head_dim, seed=seed + 3),
-        f"{prefix}mlp.gate_proj.weight": _small(intermediate, hidden, seed=seed + 4),
-        f"{prefix}mlp.up_proj.weight": _small(intermediate, hidden, seed=seed + 5),
-        f"{prefix}mlp.down_proj.weight": _small(hidden, intermediate, seed=seed + 6),
-        f"{prefix}input_layernorm.weight": torch.ones(hidden),
-        f"{prefix}post_attention_layernorm.weight": torch.ones(hidden),
-    }
-    if bias:   # Qwen2's q/k/v projections
-        for n, rows in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
-            t[f"{prefix}self_attn.{n}_proj.bias"] = _small(rows * head_dim, seed=seed + 7)
-    return t
+    gen = torch.Generator().manual_seed(seed)
+    return lambda i, *shape: torch.randn(*shape, generator=gen)
 
 
-def _target_tensors(target: Path) -> dict:
+def tensors(ckpt: Path) -> dict:
+    """Every tensor of a checkpoint, by name."""
     from safetensors.torch import load_file
 
     out = {}
-    for f in sorted(target.glob("*.safetensors")):
+    for f in sorted(Path(ckpt).glob("*.safetensors")):
         out.update(load_file(f))
     return out
 
 
-def _with_extra_layer(path: Path, target: Path, weights: dict, extra: dict, cfg: dict) -> Path:
-    """Write ``target``'s checkpoint plus the ``extra`` tensors (cast to the
-    target's dtype) and ``cfg`` at ``path``: how MTP checkpoints ship."""
+def layer(prefix: str, cfg: dict, qkv_in: int, noise, *, std: float = 0.02, first: int = 0,
+          bias: bool = False) -> dict:
+    """A Llama-style decoder layer of ``cfg``'s shapes, its q/k/v projections over
+    ``qkv_in`` inputs: the seven matrices noise ``first`` .. ``first + 6`` times ``std``
+    (Qwen2's q/k/v biases: ``first + 7``), its norms ones."""
+    import torch
+
+    h, heads, kv, hd = (cfg["hidden_size"], cfg["num_attention_heads"],
+                        cfg["num_key_value_heads"], cfg["head_dim"])
+    inter = cfg["intermediate_size"]
+    shapes = {"self_attn.q_proj": (heads * hd, qkv_in), "self_attn.k_proj": (kv * hd, qkv_in),
+              "self_attn.v_proj": (kv * hd, qkv_in), "self_attn.o_proj": (h, heads * hd),
+              "mlp.gate_proj": (inter, h), "mlp.up_proj": (inter, h), "mlp.down_proj": (h, inter)}
+    t = {f"{prefix}{name}.weight": noise(first + i, *shape) * std
+         for i, (name, shape) in enumerate(shapes.items())}
+    for n in ("input_layernorm", "post_attention_layernorm"):
+        t[f"{prefix}{n}.weight"] = torch.ones(h)
+    if bias:
+        for n, rows in (("q", heads), ("k", kv), ("v", kv)):
+            t[f"{prefix}self_attn.{n}_proj.bias"] = noise(first + 7, rows * hd) * std
+    return t
+
+
+def picks(m, at: int):
+    """``m`` (hidden x inputs) plus the identity on the inputs from column ``at``: the
+    drafter passes that part of what it is given (the target's hidden state, or the
+    token's embedding)."""
+    import torch
+
+    m[:, at:at + m.shape[0]] += torch.eye(m.shape[0])
+    return m
+
+
+def quiet(t: dict, scale: float) -> dict:
+    """A copied layer's tensors with its outputs (o_proj, down_proj) scaled by ``scale``."""
+    if scale == 1:
+        return t
+    return {k: v * scale if k.endswith(("o_proj.weight", "down_proj.weight")) else v
+            for k, v in t.items()}
+
+
+def write_head(path: Path, tensors: dict, target_cfg: dict, architectures: list[str],
+               **fields) -> Path:
+    """A one-layer drafter checkpoint at ``path``: ``tensors`` in the target's dtype, a
+    Llama config of the target's shapes and rope with ``architectures`` and ``fields``."""
+    import torch
     from safetensors.torch import save_file
 
-    tmp = path.with_suffix(".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = target_cfg
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    tmp = staging(path)
+    save_file({k: v.to(getattr(torch, dtype)).contiguous() for k, v in tensors.items()},
+              tmp / "model.safetensors", metadata={"format": "pt"})
+    head = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                "num_attention_heads", "num_key_value_heads", "head_dim",
+                                "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                                "rope_scaling", "rope_parameters", "bos_token_id",
+                                "eos_token_id", "hidden_act") if k in cfg}
+    head.update(model_type="llama", architectures=architectures, num_hidden_layers=1,
+                torch_dtype=dtype, **fields)
+    (tmp / "config.json").write_text(json.dumps(head, indent=1))
+    tmp.rename(path)
+    return path
+
+
+def write_mtp(path: Path, target: Path, weights: dict, extra: dict, cfg: dict) -> Path:
+    """``target``'s checkpoint (its ``weights``, its other files but the config) plus the
+    ``extra`` tensors, all in the dtype of the target's LM head, and ``cfg`` at ``path``: how
+    MTP checkpoints ship."""
+    from safetensors.torch import save_file
+
+    tmp = staging(path)
     for f in target.iterdir():
-        if f.is_file() and not f.name.endswith(".safetensors") and f.name != "config.json":
-            (tmp / f.name).write_bytes(f.read_bytes())
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in (
+                "config.json", "model.safetensors.index.json"):
+            shutil.copy(f, tmp / f.name)
     dtype = weights["lm_head.weight"].dtype
-    save_file({**weights, **{k: v.to(dtype).contiguous() for k, v in extra.items()}},
+    save_file({k: v.to(dtype).contiguous() for k, v in {**weights, **extra}.items()},
               tmp / "model.safetensors", metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
     tmp.rename(path)
     return path
 
 
-def make_eagle3(root: Path, target: Path, *, seed: int = 0) -> Path:
-    """An EAGLE-3 head (``LlamaForCausalLMEagle3``, one layer, no embedding
-    of its own: vLLM lends it the target's) for the Llama ``target``; it
-    reads the target's hidden states after the embedding and each of its
-    two layers (``eagle_aux_hidden_state_layer_ids`` 0, 1, 2)."""
+def write_eagle3(path: Path, target: Path, noise, *, std: float = 0.02,
+                 fc_std: float = 0.02) -> Path:
+    """An EAGLE-3 head at ``path`` (kept if there) for the Llama ``target``, as EAGLE-3
+    checkpoints ship for Llama 3.1 (``LlamaForCausalLMEagle3``: one layer over [embedding |
+    fc(hidden states)], no embedding of its own: vLLM lends it the target's); it reads the
+    target's hidden states after the embedding, its middle layer and its last one.  ``fc``
+    (noise times ``fc_std``) picks the last; the layer's matrices are noise times ``std``."""
     import torch
 
-    cfg, path, (h, heads, kv, hd) = _head_for(root, target, "eagle3", seed)
     if (path / "config.json").exists():
         return path
-    layers = cfg["num_hidden_layers"]
-    tgt = _target_tensors(target)
-    t = {f"midlayer.{k}": v for k, v in
-         _layer("", h, heads, kv, hd, cfg["intermediate_size"], 2 * h, seed).items()}
+    cfg = json.loads((target / "config.json").read_text())
+    h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+    weights = tensors(target)
+    t = {f"midlayer.{k}": v for k, v in layer("", cfg, 2 * h, noise, std=std).items()}
     t["midlayer.hidden_norm.weight"] = torch.ones(h)
-    fc = _small(h, 3 * h, seed=seed + 10)
-    fc[:, 2 * h:] += torch.eye(h)            # the target's last hidden state
-    t["fc.weight"] = fc
-    t["norm.weight"] = tgt["model.norm.weight"].float().clone()
-    t["lm_head.weight"] = tgt["lm_head.weight"].float().clone()
-    return _write_head(path, t, cfg, architectures=["LlamaForCausalLMEagle3"],
-                       draft_vocab_size=cfg["vocab_size"], target_hidden_size=h,
-                       tie_word_embeddings=False,
-                       eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers])
+    t["fc.weight"] = picks(noise(10, h, 3 * h) * fc_std, 2 * h)
+    t["norm.weight"] = weights["model.norm.weight"].clone()
+    t["lm_head.weight"] = weights["lm_head.weight"].clone()
+    return write_head(path, t, cfg, ["LlamaForCausalLMEagle3"], tie_word_embeddings=False,
+                      draft_vocab_size=cfg["vocab_size"], target_hidden_size=h,
+                      eagle_aux_hidden_state_layer_ids=[0, layers // 2, layers])
+
+
+def make_eagle3(root: Path, target: Path, *, seed: int = 0) -> Path:
+    """``write_eagle3`` for the Llama ``target`` under ``root``: with ``models``' two
+    layers it reads the hidden states after the embedding and each of them
+    (``eagle_aux_hidden_state_layer_ids`` 0, 1, 2)."""
+    return write_eagle3(Path(root) / f"eagle3-{target.name}-s{seed}", target, seeded(seed))
 
 
 def make_eagle(root: Path, target: Path, *, seed: int = 0) -> Path:
@@ -109,49 +173,15 @@ def make_eagle(root: Path, target: Path, *, seed: int = 0) -> Path:
     drops it), ``fc`` over [token embedding | the target's last hidden
     state], no embedding or LM head of its own (vLLM lends the target's).
     ``fc`` picks the hidden state."""
-    import torch
-
-    cfg, path, (h, heads, kv, hd) = _head_for(root, target, "eagle", seed)
+    path = Path(root) / f"eagle-{target.name}-s{seed}"
     if (path / "config.json").exists():
         return path
-    t = _layer("layers.0.", h, heads, kv, hd, cfg["intermediate_size"], h, seed + 50)
-    del t["layers.0.input_layernorm.weight"]
-    fc = _small(h, 2 * h, seed=seed + 60)
-    fc[:, h:] += torch.eye(h)
-    t["fc.weight"] = fc
-    return _write_head(path, t, cfg, architectures=["LlamaForCausalLM"])
-
-
-def _head_for(root: Path, target: Path, kind: str, seed: int):
-    """The Llama ``target``'s config, the ``kind`` head's folder, and the
-    attention shapes the head copies (hidden, heads, KV heads, head dim)."""
     cfg = json.loads((target / "config.json").read_text())
-    shapes = (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
-              cfg["head_dim"])
-    return cfg, Path(root) / f"{kind}-{target.name}-s{seed}", shapes
-
-
-def _write_head(path: Path, tensors: dict, target_cfg: dict, **fields) -> Path:
-    """A one-layer drafter checkpoint: ``tensors`` in the target's dtype, a
-    config of the target's shapes with ``fields``."""
-    import torch
-    from safetensors.torch import save_file
-
-    cfg = target_cfg
-    dtype = getattr(torch, cfg.get("torch_dtype") or cfg.get("dtype") or "float32")
-    tmp = path.with_suffix(".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.to(dtype).contiguous() for k, v in tensors.items()},
-              tmp / "model.safetensors")
-    head = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                "num_attention_heads", "num_key_value_heads", "head_dim",
-                                "max_position_embeddings", "rms_norm_eps", "rope_theta",
-                                "bos_token_id", "eos_token_id") if k in cfg}
-    head.update(model_type="llama", num_hidden_layers=1,
-                torch_dtype=cfg.get("torch_dtype", "float32"), **fields)
-    (tmp / "config.json").write_text(json.dumps(head, indent=1))
-    tmp.rename(path)
-    return path
+    h, noise = cfg["hidden_size"], seeded(seed)
+    t = layer("layers.0.", cfg, h, noise, first=50)
+    del t["layers.0.input_layernorm.weight"]
+    t["fc.weight"] = picks(noise(60, h, 2 * h) * 0.02, h)
+    return write_head(path, t, cfg, ["LlamaForCausalLM"])
 
 
 def make_mimo(root: Path, *, seed: int = 0) -> Path:
@@ -166,76 +196,79 @@ def make_mimo(root: Path, *, seed: int = 0) -> Path:
     # (vLLM's Qwen2 takes head_dim = hidden / heads: 32, which CPU attention runs.)
     base = make_model(root, "qwen2", hidden=256, seed=seed)
     cfg = json.loads((base / "config.json").read_text())
-    h, heads, kv, hd = (cfg["hidden_size"], cfg["num_attention_heads"],
-                        cfg["num_key_value_heads"], cfg["head_dim"])
-    p = "model.mtp_layers.0."
-    t = _layer(p, h, heads, kv, hd, cfg["intermediate_size"], h, seed + 20, bias=True)
-    proj = _small(h, 2 * h, seed=seed + 30)
-    proj[:, :h] += torch.eye(h)              # the target's hidden state, not the token
-    t[p + "input_proj.weight"] = proj
+    h, noise, p = cfg["hidden_size"], seeded(seed), "model.mtp_layers.0."
+    t = layer(p, cfg, h, noise, first=20, bias=True)
+    # the target's hidden state, not the token
+    t[p + "input_proj.weight"] = picks(noise(30, h, 2 * h) * 0.02, 0)
     for n in ("token_layernorm", "hidden_layernorm"):
         t[p + f"{n}.weight"] = torch.ones(h)
-    weights = _target_tensors(base)
-    t[p + "final_layernorm.weight"] = weights["model.norm.weight"].float().clone()
+    weights = tensors(base)
+    t[p + "final_layernorm.weight"] = weights["model.norm.weight"].clone()
     cfg.update(architectures=["MiMoForCausalLM"], num_nextn_predict_layers=1)
-    return _with_extra_layer(path, base, weights, t, cfg)
+    return write_mtp(path, base, weights, t, cfg)
 
 
-
-def make_qwen3_next_mtp(root: Path, target: Path) -> Path:
-    """``target`` (a Qwen3-Next checkpoint of ``models``) with the MTP layer
-    Qwen3-Next ships (``mtp.*``: a gated full-attention MoE decoder layer
-    behind ``fc``), served with ``method: mtp``.  The layer is a copy of the
-    target's last full-attention layer, so its shapes and MoE are the
-    target's own; ``fc`` picks the target's hidden state."""
+def write_qwen3_next_mtp(path: Path, target: Path, noise, *, fc_std: float = 0.02,
+                         scale: float = 1.0) -> Path:
+    """``target`` (a Qwen3-Next checkpoint) with the MTP layer Qwen3-Next ships
+    (``mtp.*``: a gated full-attention MoE decoder layer behind ``fc``), at ``path`` (kept if
+    there), served with ``method: mtp``.  The layer is a copy of the target's last
+    full-attention layer, so its shapes and MoE are the target's own, its outputs times
+    ``scale``; ``fc`` (noise times ``fc_std``) picks the target's hidden state."""
     import torch
 
-    path = Path(root) / f"{target.name}-mtp1"
     if (path / "config.json").exists():
         return path
     cfg = json.loads((target / "config.json").read_text())
     h = cfg["hidden_size"]
     full = max(i for i, t in enumerate(cfg["layer_types"]) if t == "full_attention")
-    weights = _target_tensors(target)
+    weights = tensors(target)
     src = f"model.layers.{full}."
-    t = {"mtp.layers.0." + k[len(src):]: v.clone() for k, v in weights.items()
-         if k.startswith(src)}
-    fc = _small(h, 2 * h, seed=40)
-    fc[:, h:] += torch.eye(h)                # [embedding | hidden]: the hidden state
-    t["mtp.fc.weight"] = fc
+    t = quiet({"mtp.layers.0." + k[len(src):]: v.clone() for k, v in weights.items()
+               if k.startswith(src)}, scale)
+    t["mtp.fc.weight"] = picks(noise(40, h, 2 * h) * fc_std, h)   # [embedding | hidden]
     t["mtp.norm.weight"] = weights["model.norm.weight"].clone()
     for n in ("pre_fc_norm_hidden", "pre_fc_norm_embedding"):
         t[f"mtp.{n}.weight"] = torch.zeros(h)   # Qwen3-Next's norms scale by 1 + weight
     cfg["num_nextn_predict_layers"] = 1
-    return _with_extra_layer(path, target, weights, t, cfg)
+    return write_mtp(path, target, weights, t, cfg)
 
 
-def make_deepseek_mtp(root: Path, target: Path) -> Path:
-    """``target`` (a DeepSeek-V3 checkpoint of ``models``) with the MTP layer
-    DeepSeek-V3 ships (``model.layers.<L>.*``: ``enorm``, ``hnorm``,
-    ``eh_proj`` and ``shared_head`` around a decoder layer: MLA and MoE),
-    served with ``method: mtp``.  The layer is a copy of the target's last
-    one, so its shapes and MoE are the target's own, its outputs scaled down
-    and ``eh_proj`` picking the next token's embedding, so that some drafts
-    of this random model are accepted."""
+def make_qwen3_next_mtp(root: Path, target: Path) -> Path:
+    """``write_qwen3_next_mtp`` for a Qwen3-Next checkpoint of ``models``."""
+    return write_qwen3_next_mtp(Path(root) / f"{target.name}-mtp1", target, seeded(0))
+
+
+def write_deepseek_mtp(path: Path, target: Path, noise, *, fc_std: float = 0.02,
+                       scale: float = 0.05, hidden: bool = False) -> Path:
+    """``target`` (a DeepSeek-V3 or GLM-4.5 checkpoint) with the MTP layer both ship
+    (``model.layers.<L>.*``: ``enorm``, ``hnorm``, ``eh_proj`` and ``shared_head`` around a
+    decoder layer: MLA or GQA, and MoE), at ``path`` (kept if there), served with ``method:
+    mtp``.  The layer is a copy of the target's last one, so its shapes and MoE are the
+    target's own, its outputs times ``scale``; ``eh_proj`` (noise times ``fc_std``) picks
+    the next token's embedding (``hidden``: the target's hidden state) out of [embedding |
+    hidden]."""
     import torch
 
-    path = Path(root) / f"{target.name}-mtp1"
     if (path / "config.json").exists():
         return path
     cfg = json.loads((target / "config.json").read_text())
     h, last = cfg["hidden_size"], cfg["num_hidden_layers"]
-    weights = _target_tensors(target)
+    weights = tensors(target)
     src, p = f"model.layers.{last - 1}.", f"model.layers.{last}."
-    t = {p + k[len(src):]: v.clone() for k, v in weights.items() if k.startswith(src)}
-    eh = _small(h, 2 * h, seed=40)
-    eh[:, :h] += torch.eye(h)                # [embedding | hidden]: the embedding
-    t[p + "eh_proj.weight"] = eh
-    for k in [k for k in t if k.endswith(("o_proj.weight", "down_proj.weight"))]:
-        t[k] = t[k] * 0.05
+    t = quiet({p + k[len(src):]: v.clone() for k, v in weights.items() if k.startswith(src)},
+              scale)
+    t[p + "eh_proj.weight"] = picks(noise(40, h, 2 * h) * fc_std, h if hidden else 0)
     t[p + "enorm.weight"] = torch.ones(h)
     t[p + "hnorm.weight"] = torch.ones(h)
     t[p + "shared_head.norm.weight"] = weights["model.norm.weight"].clone()
     t[p + "shared_head.head.weight"] = weights["lm_head.weight"].clone()
     cfg["num_nextn_predict_layers"] = 1
-    return _with_extra_layer(path, target, weights, t, cfg)
+    return write_mtp(path, target, weights, t, cfg)
+
+
+def make_deepseek_mtp(root: Path, target: Path) -> Path:
+    """``write_deepseek_mtp`` for a DeepSeek-V3 checkpoint of ``models``: its ``eh_proj``
+    picks the next token's embedding, so that some drafts of this random model are
+    accepted."""
+    return write_deepseek_mtp(Path(root) / f"{target.name}-mtp1", target, seeded(0))

@@ -10,6 +10,7 @@ server (which needs one) can be tested on the same model.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,30 +22,42 @@ if TYPE_CHECKING:
 VOCAB = 512
 
 
-def _tokenizer(path: Path, specials: dict[str, str] | None = None,
-               tail: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
-    """Words ``w<i>``; ``specials`` (attribute -> token, e.g. a processor's
-    image token) come right after ``<unk> <s> </s>``, then the newline runs
-    Gemma 3's image sequence is wrapped in (added tokens, matched whole).
+def tokenizer(specials: dict[str, str] | None = None, *, vocab: int = VOCAB,
+              newlines: bool | None = None, tail: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer of ``vocab`` ids, to save beside a checkpoint: words ``w<i>``;
+    ``specials`` (attribute -> token, e.g. a processor's image token) come right after
+    ``<unk> <s> </s>``, then (``newlines``; by default whenever there are specials) the
+    newline runs Gemma 3's image sequence is wrapped in (added tokens, matched whole).
     ``tail``: plain words that take the last ids instead of ``w<i>``."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = specials or {}
-    newlines = ["\n\n\n\n", "\n\n\n", "\n\n", "\n"] if specials else []
-    head = ["<unk>", "<s>", "</s>"] + list(specials.values()) + newlines
-    words = head + [f"w{i}" for i in range(VOCAB - len(head) - len(tail))] + list(tail)
+    if newlines is None:
+        newlines = bool(specials)
+    runs = ["\n\n\n\n", "\n\n\n", "\n\n", "\n"] if newlines else []
+    head = ["<unk>", "<s>", "</s>"] + list(specials.values()) + runs
+    words = head + [f"w{i}" for i in range(vocab - len(head) - len(tail))] + list(tail)
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_tokens([AddedToken(n, normalized=False) for n in newlines])
+    tok.add_tokens([AddedToken(n, normalized=False) for n in runs])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>",
                                    bos_token="<s>", eos_token="</s>",
                                    extra_special_tokens=specials or None)
     fast.chat_template = (
         "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
         "{% if add_generation_prompt %}assistant {% endif %}")
-    fast.save_pretrained(path)
     return fast
+
+
+def staging(path: Path) -> Path:
+    """The folder a checkpoint is written in before it is renamed to ``path``, so that a
+    write cut short is never taken for a checkpoint: empty (what an earlier cut left is
+    removed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
 
 
 def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int = 2,
@@ -150,29 +163,52 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
         cls = transformers.Qwen3NextForCausalLM
     else:
         raise ValueError(f"unknown arch {arch}")
-    return _save(cfg, cls, path, dtype, seed)
+    return save_random(path, cfg, cls, dtype=dtype, seed=seed)
 
 
-def _save(cfg, cls, path: Path, dtype: str, seed: int) -> Path:
-    """A random ``cls`` of ``cfg`` in ``dtype`` with the tokenizer, at ``path``."""
+def save_random(path: Path, cfg, cls, *, dtype: str = "float32", seed: int = 0,
+                std: float = 0.08, device: str = "cpu", beside: list | None = None,
+                renames: list[tuple[str, str]] = (), fields: dict | None = None) -> Path:
+    """A random ``cls`` of ``cfg`` at ``path``, drawn from ``seed`` on ``device`` and saved
+    in ``dtype``: every matrix normal of ``std`` (wider than transformers' init, so that
+    logits lie apart and greedy argmax is not decided by rounding), each head's attention
+    sink of 2.0 (far apart: a head given another's sink changes the output).  Beside the
+    weights, each of ``beside`` saved (default: the tokenizer of ``VOCAB`` words; a
+    multimodal checkpoint's tokenizer and processor); ``renames``: (old, new) prefixes of
+    weight names; ``fields``: config.json entries set over transformers' (a dict merged
+    into the entry's dict)."""
     import torch
 
+    tmp = staging(path)
     torch.manual_seed(seed)
-    model = cls(cfg).to(getattr(torch, dtype))
-    # A wider init than the default keeps logits well separated, so greedy
-    # argmax is not decided by float rounding.
+    with torch.device(device):
+        model = cls(cfg).to(getattr(torch, dtype))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2:
-                p.normal_(0.0, 0.08)
-            elif name.endswith("sinks"):      # one per head, far apart: a head
-                p.normal_(0.0, 2.0)           # given another's sink changes the output
-    tmp = path.with_suffix(".tmp")
+                p.normal_(0.0, std)
+            elif name.endswith("sinks"):
+                p.normal_(0.0, 2.0)
     model.save_pretrained(tmp, safe_serialization=True)
-    cfg_json = json.loads((tmp / "config.json").read_text())
-    cfg_json["torch_dtype"] = dtype
-    (tmp / "config.json").write_text(json.dumps(cfg_json, indent=1))
-    _tokenizer(tmp)
+    del model
+    if device != "cpu":
+        torch.cuda.empty_cache()      # the engines the caller starts want the GPUs
+    for part in [tokenizer()] if beside is None else beside:
+        part.save_pretrained(tmp)
+    if renames:
+        from safetensors.torch import load_file, save_file
+
+        for f in tmp.glob("*.safetensors"):
+            weights = load_file(f)
+            for old, new in renames:
+                weights = {new + k[len(old):] if k.startswith(old) else k: v
+                           for k, v in weights.items()}
+            save_file(weights, f, metadata={"format": "pt"})
+    meta = json.loads((tmp / "config.json").read_text())
+    meta["torch_dtype"] = dtype
+    for k, v in (fields or {}).items():
+        meta[k] = {**meta[k], **v} if isinstance(v, dict) else v
+    (tmp / "config.json").write_text(json.dumps(meta, indent=1))
     tmp.rename(path)
     return path
 
@@ -214,7 +250,7 @@ def make_mamba2(root: Path, arch: str, *, groups: int, dtype: str = "float32",
         cls = transformers.FalconH1ForCausalLM
     else:
         raise ValueError(f"unknown Mamba-2 hybrid {arch}")
-    return _save(cfg, cls, path, dtype, seed)
+    return save_random(path, cfg, cls, dtype=dtype, seed=seed)
 
 
 # The hybrid (Qwen3-Next: Gated-DeltaNet and gated attention, MoE), in
@@ -245,34 +281,72 @@ IMAGE_PLACEHOLDER = {
     "qwen3_vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "qwen3_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
 }
-
-
+# Each multimodal arch's vision tokens (tokenizer attribute -> token), right after
+# <unk> <s> </s> in its tokenizer.
 QWEN_VL_TOKENS = {"vision_start": "<|vision_start|>", "image_token": "<|image_pad|>",
                   "vision_end": "<|vision_end|>", "video_token": "<|video_pad|>"}
+VL_TOKENS = {
+    "gemma3_vl": {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>",
+                  "eoi_token": "<end_of_image>"},
+    "qwen2_5_vl": QWEN_VL_TOKENS, "qwen3_vl": QWEN_VL_TOKENS, "qwen3_5_vl": QWEN_VL_TOKENS,
+    "llama4_vl": {f"mark{i}": m for i, m in enumerate(
+        ["<|image_start|>", "<|image|>", "<|patch|>", "<|image_end|>", "<|tile_x_separator|>",
+         "<|tile_y_separator|>"])},
+}
 # Qwen3-VL's vision tower (Qwen3.5's too): 16-pixel patches merged 2x2.
 QWEN3_VISION = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
                     out_hidden_size=128, patch_size=16, spatial_merge_size=2,
                     temporal_patch_size=2, num_position_embeddings=64)
 
 
-def _qwen_vl_tokens(tmp: Path) -> tuple[PreTrainedTokenizerFast, dict]:
-    """The tokenizer with Qwen-VL's vision tokens, and the config fields
-    that name their ids."""
-    tok = _tokenizer(tmp, QWEN_VL_TOKENS)
+def vl_parts(arch: str, text: dict, vision: dict, *, pixels: dict | None = None,
+             mm_tokens: int = 0, vocab: int = VOCAB, newlines: bool = True):
+    """(config, model class, tokenizer, processor, weight renames) of the multimodal
+    ``arch`` (a key of ``VL_TOKENS``) over the decoder config ``text`` and the vision
+    tower's ``vision``: its tokenizer of ``vocab`` words holds the arch's vision tokens
+    (``newlines``: and Gemma 3's newline runs), its image processor (PIL, as a user's) takes
+    ``pixels`` (Qwen's budget) or the tower's image size (Gemma 3's, pooled to
+    ``mm_tokens`` an image; Llama 4's, one tile)."""
+    import transformers as tf
+
+    tok = tokenizer(VL_TOKENS[arch], vocab=vocab, newlines=newlines)
     ids = tok.convert_tokens_to_ids
-    return tok, dict(image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-                     vision_start_token_id=ids("<|vision_start|>"),
-                     vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
-
-
-def _qwen3_vl_processor(tok):
-    import transformers
-
-    pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
-                  patch_size=16, merge_size=2)
-    return transformers.Qwen3VLProcessor(
-        image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
-        video_processor=transformers.Qwen3VLVideoProcessor(**pixels))
+    side = vision.get("image_size")
+    if arch == "gemma3_vl":
+        cfg = tf.Gemma3Config(
+            text_config=text, vision_config=tf.SiglipVisionConfig(**vision).to_dict(),
+            mm_tokens_per_image=mm_tokens, boi_token_index=ids("<start_of_image>"),
+            eoi_token_index=ids("<end_of_image>"), image_token_index=ids("<image_soft_token>"),
+            tie_word_embeddings=True)
+        processor = tf.Gemma3Processor(
+            image_processor=tf.Gemma3ImageProcessorPil(size={"height": side, "width": side}),
+            tokenizer=tok, image_seq_length=mm_tokens)
+        # vLLM 0.26 reads SigLIP under vision_tower.vision_model., as the
+        # published checkpoints have it; transformers 5 saves it one level up.
+        return (cfg, tf.Gemma3ForConditionalGeneration, tok, processor,
+                [("vision_tower.", "vision_tower.vision_model.")])
+    if arch == "llama4_vl":
+        cfg = tf.Llama4Config(text_config=text, vision_config=vision,
+                              image_token_index=ids("<|patch|>"), tie_word_embeddings=False)
+        processor = tf.Llama4Processor(
+            image_processor=tf.Llama4ImageProcessor(size={"height": side, "width": side},
+                                                    max_patches=1),
+            tokenizer=tok, patch_size=vision["patch_size"])
+        return cfg, tf.Llama4ForConditionalGeneration, tok, processor, []
+    config, cls, video, proc = {
+        "qwen2_5_vl": (tf.Qwen2_5_VLConfig, tf.Qwen2_5_VLForConditionalGeneration,
+                       tf.Qwen2VLVideoProcessor, tf.Qwen2_5_VLProcessor),
+        "qwen3_vl": (tf.Qwen3VLConfig, tf.Qwen3VLForConditionalGeneration,
+                     tf.Qwen3VLVideoProcessor, tf.Qwen3VLProcessor),
+        "qwen3_5_vl": (tf.Qwen3_5Config, tf.Qwen3_5ForConditionalGeneration,
+                       tf.Qwen3VLVideoProcessor, tf.Qwen3VLProcessor)}[arch]
+    cfg = config(text_config=text, vision_config=dict(vision),
+                 image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+                 vision_start_token_id=ids("<|vision_start|>"),
+                 vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+    processor = proc(image_processor=tf.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
+                     video_processor=video(**pixels))
+    return cfg, cls, tok, processor, []
 
 
 def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 0) -> Path:
@@ -281,135 +355,61 @@ def make_vl_model(root: Path, arch: str, *, dtype: str = "float32", seed: int = 
     the language model is ``make_model``'s shape (8 heads, 2 KV heads, head
     dim 32, 2 layers); the vision tower has 4 heads, so that Shift's full-TP
     model can shard it over 4 ranks.  56x56 images give 4 image tokens."""
-    import torch
-    import transformers
-
-    name = f"{arch}-{dtype}-s{seed}"
-    path = Path(root) / name
+    path = Path(root) / f"{arch}-{dtype}-s{seed}"
     if (path / "config.json").exists():
         return path
-    tmp = path.with_suffix(".tmp")
     text = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                 num_attention_heads=8, num_key_value_heads=2, head_dim=32,
                 max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)
+    qwen3_pixels = dict(size={"shortest_edge": 64 * 64, "longest_edge": 128 * 64},
+                        patch_size=16, merge_size=2)
     if arch == "gemma3_vl":
-        tok = _tokenizer(tmp, {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>",
-                               "eoi_token": "<end_of_image>"})
-        ids = tok.convert_tokens_to_ids
-        text_cfg = transformers.Gemma3TextConfig(
-            **text, sliding_window=32, query_pre_attn_scalar=32,
-            layer_types=["sliding_attention", "full_attention"])
-        vision = transformers.SiglipVisionConfig(hidden_size=64, intermediate_size=128,
-                                                 num_hidden_layers=1, num_attention_heads=4,
-                                                 image_size=56, patch_size=14,
-                                                 vision_use_head=False)
-        cfg = transformers.Gemma3Config(
-            text_config=text_cfg.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
-            boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
-            image_token_index=ids("<image_soft_token>"), tie_word_embeddings=True)
-        cls = transformers.Gemma3ForConditionalGeneration
-        processor = transformers.Gemma3Processor(
-            image_processor=transformers.Gemma3ImageProcessorPil(size={"height": 56, "width": 56}),
-            tokenizer=tok, image_seq_length=4)
-        # vLLM 0.26 reads SigLIP under vision_tower.vision_model., as the
-        # published checkpoints have it; transformers 5 saves it one level up.
-        renames = [("vision_tower.", "vision_tower.vision_model.")]
+        text.update(sliding_window=32, query_pre_attn_scalar=32,
+                    layer_types=["sliding_attention", "full_attention"])
+        vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, image_size=56, patch_size=14, vision_use_head=False)
+        more = dict(mm_tokens=4)
     elif arch == "qwen2_5_vl":
-        tok, qwen_ids = _qwen_vl_tokens(tmp)
+        # (Qwen2's head dim is hidden / heads, whatever head_dim says.)
+        text.update(hidden_size=256, rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]})
         vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4,
                       out_hidden_size=256, patch_size=14, spatial_merge_size=2,
                       temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])
-        cfg = transformers.Qwen2_5_VLConfig(
-            # (Qwen2's head dim is hidden / heads, whatever head_dim says.)
-            text_config=dict(text, hidden_size=256,
-                             rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]}),
-            vision_config=vision, **qwen_ids)
-        cls = transformers.Qwen2_5_VLForConditionalGeneration
-        pixels = dict(min_pixels=56 * 56, max_pixels=56 * 56 * 4)
-        processor = transformers.Qwen2_5_VLProcessor(
-            image_processor=transformers.Qwen2VLImageProcessorPil(**pixels), tokenizer=tok,
-            video_processor=transformers.Qwen2VLVideoProcessor(**pixels))
-        renames = []
+        more = dict(pixels=dict(min_pixels=56 * 56, max_pixels=56 * 56 * 4))
     elif arch == "qwen3_vl":
         # Deepstack: vision features of two encoder layers are added to the
         # first decoder layers' hidden states, per image token.
-        tok, qwen_ids = _qwen_vl_tokens(tmp)
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6,
+                                   "mrope_section": [4, 6, 6], "mrope_interleaved": True}
         vision = dict(QWEN3_VISION, deepstack_visual_indexes=[0, 1])
-        cfg = transformers.Qwen3VLConfig(
-            text_config=dict(text, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
-                                                    "mrope_section": [4, 6, 6],
-                                                    "mrope_interleaved": True}),
-            vision_config=vision, **qwen_ids)
-        cls = transformers.Qwen3VLForConditionalGeneration
-        processor = _qwen3_vl_processor(tok)
-        renames = []
+        more = dict(pixels=qwen3_pixels)
     elif arch == "qwen3_5_vl":
         # Qwen3.5 as published: the multimodal class over a Gated-DeltaNet
         # hybrid decoder (non-interleaved GDN projections, gated attention;
         # head dim 256 and the release's linear head dim, as make_qwen3_next),
         # M-RoPE, a Qwen3-VL-style vision tower without deepstack.
-        tok, qwen_ids = _qwen_vl_tokens(tmp)
-        text_cfg = dict(text, head_dim=256, linear_num_key_heads=4, linear_num_value_heads=8,
-                        linear_key_head_dim=LINEAR_HEAD_DIM,
-                        linear_value_head_dim=LINEAR_HEAD_DIM,
-                        linear_conv_kernel_dim=4,
-                        layer_types=["linear_attention", "full_attention"],
-                        rope_parameters={"rope_type": "default", "rope_theta": 1e7,
-                                         "partial_rotary_factor": 0.25,
-                                         "mrope_section": [11, 11, 10],
-                                         "mrope_interleaved": True})
-        cfg = transformers.Qwen3_5Config(text_config=text_cfg, vision_config=QWEN3_VISION,
-                                         **qwen_ids)
-        cls = transformers.Qwen3_5ForConditionalGeneration
-        processor = _qwen3_vl_processor(tok)
-        renames = []
+        text.update(head_dim=256, linear_num_key_heads=4, linear_num_value_heads=8,
+                    linear_key_head_dim=LINEAR_HEAD_DIM, linear_value_head_dim=LINEAR_HEAD_DIM,
+                    linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
+                    rope_parameters={"rope_type": "default", "rope_theta": 1e7,
+                                     "partial_rotary_factor": 0.25,
+                                     "mrope_section": [11, 11, 10], "mrope_interleaved": True})
+        vision, more = QWEN3_VISION, dict(pixels=qwen3_pixels)
     elif arch == "llama4_vl":
-        marks = ["<|image_start|>", "<|image|>", "<|patch|>", "<|image_end|>",
-                 "<|tile_x_separator|>", "<|tile_y_separator|>"]
-        tok = _tokenizer(tmp, {f"mark{i}": m for i, m in enumerate(marks)})
         # Chunked local attention (chunk 32 < the long prompt), a NoPE layer
         # (every 4th), MoE on every other layer, QK norm.
-        text_cfg = transformers.Llama4TextConfig(
-            **{**text, "num_hidden_layers": 4}, intermediate_size_mlp=256, num_local_experts=4,
-            num_experts_per_tok=1, interleave_moe_layer_step=2, attention_chunk_size=32,
-            no_rope_layer_interval=4, use_qk_norm=True, pad_token_id=0)
-        vision = transformers.Llama4VisionConfig(
-            hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
-            image_size=56, patch_size=14, vision_output_dim=128, projector_input_dim=128,
-            projector_output_dim=128)
-        cfg = transformers.Llama4Config(text_config=text_cfg.to_dict(),
-                                        vision_config=vision.to_dict(),
-                                        image_token_index=tok.convert_tokens_to_ids("<|patch|>"),
-                                        tie_word_embeddings=False)
-        cls = transformers.Llama4ForConditionalGeneration
-        processor = transformers.Llama4Processor(
-            image_processor=transformers.Llama4ImageProcessor(
-                size={"height": 56, "width": 56}, max_patches=1),
-            tokenizer=tok, patch_size=14)
-        renames = []
+        text.update(num_hidden_layers=4, intermediate_size_mlp=256, num_local_experts=4,
+                    num_experts_per_tok=1, interleave_moe_layer_step=2, attention_chunk_size=32,
+                    no_rope_layer_interval=4, use_qk_norm=True, pad_token_id=0)
+        vision = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                      num_attention_heads=4, image_size=56, patch_size=14,
+                      vision_output_dim=128, projector_input_dim=128, projector_output_dim=128)
+        more = {}
     else:
         raise ValueError(f"unknown multimodal arch {arch}")
-    torch.manual_seed(seed)
-    model = cls(cfg).to(getattr(torch, dtype))
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.08)
-    model.save_pretrained(tmp, safe_serialization=True)
-    processor.save_pretrained(tmp)
-    if renames:
-        from safetensors.torch import load_file, save_file
-
-        weights = load_file(tmp / "model.safetensors")
-        for old, new in renames:
-            weights = {new + k[len(old):] if k.startswith(old) else k: v
-                       for k, v in weights.items()}
-        save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
-    cfg_json = json.loads((tmp / "config.json").read_text())
-    cfg_json["torch_dtype"] = dtype
-    (tmp / "config.json").write_text(json.dumps(cfg_json, indent=1))
-    tmp.rename(path)
-    return path
+    cfg, cls, tok, processor, renames = vl_parts(arch, text, vision, **more)
+    return save_random(path, cfg, cls, dtype=dtype, seed=seed, beside=[tok, processor],
+                       renames=renames)
 
 
 JSON_WORDS = ("{", "}", '"a"', ":", ",", *"0123456789")
@@ -422,12 +422,11 @@ def with_json_words(model: Path, root: Path) -> Path:
     path = Path(root) / f"{model.name}-json"
     if (path / "config.json").exists():
         return path
-    tmp = path.with_suffix(".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    tmp = staging(path)
     for f in model.iterdir():
         if f.suffix in (".json", ".safetensors") and "token" not in f.name:
             (tmp / f.name).symlink_to(f.resolve())
-    _tokenizer(tmp, tail=JSON_WORDS)
+    tokenizer(tail=JSON_WORDS).save_pretrained(tmp)
     tmp.rename(path)
     return path
 
