@@ -10,53 +10,23 @@ gpu_mib() {
   echo "${m:-0}"
 }
 
-# beside TAG ANCHOR WORKLOADS NEW...: a ratio compares rows of one machine lease (servers it
-# starts take the plan's $SERVE_ARGS, when set, as the plan's own steps do).  When the
-# NEW layouts' rows and ANCHOR's (those workloads) come from different leases -- NEW ran on a
-# later lease than ANCHOR, after a RESUME -- serve ANCHOR again on this lease into the result
-# set $S-TAG (`run.py --tag`), beside a copy of NEW's rows if they are this lease's, else
-# beside NEW served again too; `run.py report --tag TAG` then holds the comparison.  Nothing
-# to do when they already share a lease.  The rows compared are the plan's own result set:
-# $S, or $S-X when $L says `--tag X`.
-# A set $S-TAG that a RESUME brings in already holding the comparison on one lease is the
-# answer too (a lease that served it and ended before the next step).  NEW's rows must exist;
-# ANCHOR's need not (it is served again: a workload added to the comparison later).
+# beside TAG ANCHOR WORKLOADS NEW...: ANCHOR's and NEW's rows of WORKLOADS on one machine lease,
+# served again into the result set $S-TAG where a RESUME left them on two (`run.py beside`; its
+# servers take the plan's $SERVE_ARGS, when set, as the plan's own steps do).
 beside() {
   local tag=$1 anchor=$2 w=$3; shift 3
-  if python3 -m benchmarks.run leases "$anchor" "$@" $L --workloads "$w"; then
-    echo "beside: $anchor and $* share a lease"; return 0
-  fi
-  local new w1 missing="" serve=("$anchor") to=$BENCH_DIR/res/$S-$tag from=$BENCH_DIR/res/$S
-  if [[ -d $to ]] && python3 -m benchmarks.run leases "$anchor" "$@" $L --tag "$tag" \
-      --workloads "$w"; then
-    echo "beside: $anchor and $* share a lease in $S-$tag"; return 0
-  fi
-  [[ " $L " =~ " --tag "([^ ]+)" " ]] && from+=-${BASH_REMATCH[1]}
-  for new in "$@"; do       # ANCHOR is served again whatever its rows (a workload it lacks)
-    for w1 in ${w//,/ }; do
-      [[ -f $from/$new/$w1.json ]] || missing+=" $new/$w1"
-    done
-  done
-  if [[ -n $missing && ${BENCH_DRY_RUN:-} != 1 ]]; then
-    # a failed row: its own step runs it again on the next RESUME, before this one
-    echo "beside: missing$missing: nothing served beside $anchor"; return 1
-  fi
-  [[ -n $missing ]] && echo "beside (dry): no rows yet; should they end on two leases:"
-  if python3 -m benchmarks.run leases "$@" $L --workloads "$w" --this-lease; then
-    echo "beside: $* ran on this lease: their rows are copied to $to"
-    if [[ ${BENCH_DRY_RUN:-} != 1 ]]; then
-      mkdir -p "$to"
-      for new in "$@"; do
-        [[ -d $to/$new ]] || cp -r "$from/$new" "$to/"
-      done
-    fi
-  else
-    echo "beside: $* not (all) on this lease: served again beside $anchor"
-    serve+=("$@")
-  fi
   # shellcheck disable=SC2086   # $L is words
-  python3 -m benchmarks.run layout "${serve[@]}" $L --tag "$tag" --workloads "$w" \
+  python3 -m benchmarks.run beside "$anchor" "$@" $L --into "$tag" --workloads "$w" \
     ${SERVE_ARGS:+--serve-args "$SERVE_ARGS"}
+}
+
+# eq STEP FAMILY LAYOUT...: a family's layouts not yet in $res/$eq_dir (default equiv) as one
+# step: equivalence.py under ours, on its seeded checkpoints in $CKPT_DIR, each layout within
+# $eq_timeout s (default 900).
+eq() {
+  local name=$1 fam=$2; shift 2
+  step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
+    "$CKPT_DIR/$fam" "$res/${eq_dir:-equiv}" "$@" --timeout "${eq_timeout:-900}"
 }
 
 # fused_equivalence LAYOUTS DRAFT_LAYOUTS [FLOAT32_DRAFT_LAYOUTS]: the fused-Shift plans'
@@ -66,11 +36,7 @@ beside() {
 fused_equivalence() {
   local layouts=$1 drafts=$2 drafts32=${3:-}
   export EQ_GPU_UTIL=0.06
-  eq() {   # STEP FAMILY LAYOUT...
-    local name=$1 fam=$2; shift 2
-    step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
-      "$CKPT_DIR/$fam" "$res/equiv-fused" "$@" --timeout 900
-  }
+  local eq_dir=equiv-fused
   # shellcheck disable=SC2086   # the layouts are words
   (eq eq_llama llama $layouts; eq eq_draft llama $drafts
    [[ -z $drafts32 ]] || eq eq_draft32 llama $drafts32) &

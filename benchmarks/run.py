@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -140,18 +141,69 @@ def run_layout(layout: str, shape: str, workloads: list[str], extra: list[str]) 
         srv.copy_out()
 
 
+def run_layouts(layouts: list[str], shape: str, workloads: list[str], extra: list[str]) -> None:
+    """run_layout for each layout; one failing does not stop the others."""
+    failed = []
+    for layout in layouts:
+        try:
+            run_layout(layout, shape, workloads, extra)
+        except Exception as e:  # noqa: BLE001
+            print(f"!! {layout}: {e}", flush=True)
+            failed.append(layout)
+    if failed:
+        sys.exit(f"run.py: failed: {failed}")
+
+
+def beside(into: str, anchor: str, new: list[str], shape: str, workloads: list[str],
+           extra: list[str]) -> None:
+    """A ratio compares rows of one machine lease.  When the ``new`` layouts' rows and
+    ``anchor``'s (those workloads, in the result set of --tag) come from different leases --
+    ``new`` ran on a later lease than ``anchor``, after a RESUME -- serve ``anchor`` again on
+    this lease into the result set <shape>-<into>, beside a copy of the new rows if they are
+    this lease's, else beside the new layouts served again too; `report --tag INTO` then
+    holds the comparison.  Nothing to do when they share a lease already, in their own set
+    or in <shape>-<into> (a RESUME that brought in the comparison made on one lease, which
+    ended before the next step).  The new rows must exist (a failed one is run again by its
+    own step first); the anchor's need not (a workload added to the comparison later)."""
+    rows, named = set_dir(shape), " ".join(new)
+    if srv.one_lease(rows, [anchor, *new], workloads):
+        print(f"beside: {anchor} and {named} share a lease")
+        return
+    TAG[:] = [into]
+    to = set_dir(shape)
+    if to.is_dir() and srv.one_lease(to, [anchor, *new], workloads):
+        print(f"beside: {anchor} and {named} share a lease in {to.name}")
+        return
+    missing = [f"{n}/{w}" for n in new for w in workloads if not (rows / n / f"{w}.json").exists()]
+    if missing and not DRY[0]:
+        print(f"beside: missing {' '.join(missing)}: nothing served beside {anchor}")
+        sys.exit(1)
+    if missing:
+        print("beside (dry): no rows yet; should they end on two leases:")
+    serve = [anchor]
+    if srv.one_lease(rows, new, workloads, this=True):
+        print(f"beside: {named} ran on this lease: their rows are copied to {to}")
+        for n in [] if DRY[0] else new:
+            if not (to / n).is_dir():
+                shutil.copytree(rows / n, to / n)
+    else:
+        print(f"beside: {named} not (all) on this lease: served again beside {anchor}")
+        serve += new
+    sys.stdout.flush()
+    run_layouts(serve, shape, workloads, extra)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["setup", "layout", "report", "leases", "probe"],
-                    help="leases: exit 0 when every named layout has every --workloads result "
-                    "and all come from one machine lease (a plan's test whether to serve them "
-                    "again side by side)")
+    ap.add_argument("what", choices=["setup", "layout", "report", "beside", "probe"],
+                    help="beside ANCHOR NEW... --into TAG: ANCHOR and NEW's rows of --workloads "
+                    "on one machine lease, served again into <shape>-TAG where they are not "
+                    "(plan-lib.sh's `beside`)")
     ap.add_argument("layouts", nargs="*")
     ap.add_argument("--shape", default="8b", choices=sorted(SHAPES))
     ap.add_argument("--tag", help="result set $BENCH_DIR/res/<shape>-<tag> instead of <shape>: "
                     "a layout served again on a later lease, beside the rows it is compared to")
-    ap.add_argument("--this-lease", action="store_true",
-                    help="leases: and that lease is this host's")
+    ap.add_argument("--into", help="beside: the tag of the result set the comparison goes into")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the servers and clients `layout` would start (and what a resumed "
                     "result set skips), start nothing; also BENCH_DRY_RUN=1")
@@ -174,7 +226,7 @@ def main() -> None:
     if a.tag:
         TAG.append(a.tag)
     DRY[0] = DRY[0] or a.dry_run
-    if a.what in ("layout", "leases"):
+    if a.what in ("layout", "beside"):
         bad = [layout for layout in a.layouts if layout not in LAYOUTS]
         if bad or not a.layouts:
             sys.exit(f"run.py: unknown layouts {bad}: name them from {sorted(LAYOUTS)}")
@@ -190,19 +242,13 @@ def main() -> None:
               f"{BENCH / 'models' / a.shape}")
     elif a.what == "setup":
         print("model:", write_model(BENCH / "models" / a.shape, a.shape))
-    elif a.what == "leases":
-        on_one = srv.one_lease(a.shape, a.layouts, a.workloads.split(","), a.this_lease)
-        sys.exit(0 if on_one else 1)
+    elif a.what == "beside":
+        if not a.into or len(a.layouts) < 2:
+            sys.exit("run.py: beside ANCHOR NEW... --into TAG")
+        beside(a.into, a.layouts[0], a.layouts[1:], a.shape, a.workloads.split(","),
+               a.serve_args.split())
     elif a.what == "layout":
-        failed = []
-        for layout in a.layouts:      # one layout failing does not stop the others
-            try:
-                run_layout(layout, a.shape, a.workloads.split(","), a.serve_args.split())
-            except Exception as e:  # noqa: BLE001
-                print(f"!! {layout}: {e}", flush=True)
-                failed.append(layout)
-        if failed:
-            sys.exit(f"run.py: failed: {failed}")
+        run_layouts(a.layouts, a.shape, a.workloads.split(","), a.serve_args.split())
     else:
         print(report(a.shape))
         srv.copy_out()

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from benchmarks.layouts import LAYOUTS, RES, SITES, max_model_len, set_dir
+from benchmarks.layouts import LAYOUTS, RES, SITES, max_model_len
 from harness.net import free_port
 
 
@@ -264,14 +264,15 @@ def stamp(result: Path, info: dict) -> None:
         result.write_text(json.dumps(r))
 
 
-def one_lease(shape: str, layouts: list[str], workloads: list[str], this: bool = False) -> bool:
-    """Print each layout's lease per workload; True when all are done and on one lease (this:
-    on this host's lease, made by the first server run.py started here)."""
+def one_lease(rows: Path, layouts: list[str], workloads: list[str], this: bool = False) -> bool:
+    """Print each layout's lease per workload in the result set ``rows``; True when all are
+    done and on one lease (this: on this host's lease, made by the first server run.py
+    started here)."""
     seen = set()
     for layout in layouts:
         ids = []
         for w in workloads:
-            f = set_dir(shape) / layout / f"{w}.json"
+            f = rows / layout / f"{w}.json"
             ids.append(json.loads(f.read_text()).get("lease", "unstamped") if f.exists()
                        else "missing")
         print(f"{layout}: " + ", ".join(f"{w} {i}" for w, i in zip(workloads, ids)))

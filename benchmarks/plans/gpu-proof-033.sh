@@ -19,12 +19,6 @@ shift_layout=shift; plain=tp2
 export EQ_GPU_UTIL=0.06
 dead_gpus=2; (( gpus >= 4 )) && dead_gpus=4
 
-eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
-  local name=$1 fam=$2; shift 2
-  step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
-    "$CKPT_DIR/$fam" "$res/equiv" "$@" --timeout 900
-}
-
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
 for fam in llama gpt_oss qwen3_moe; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
 wait

@@ -7,12 +7,8 @@ layouts=(tp1 tp2 sp2 shift)
 (( gpus >= 4 )) && layouts+=(tp4 tp2sp2 tp2sp2_shift)
 shift_layout=shift; (( gpus >= 4 )) && shift_layout=tp2sp2_shift
 export EQ_GPU_UTIL=0.06
-
-eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
-  local name=$1 fam=$2; shift 2
-  step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
-    "$CKPT_DIR/$fam" "$res/equiv" "$@" --timeout 900
-}
+# shellcheck source=../plan-lib.sh
+source "$here/benchmarks/plan-lib.sh"
 
 # Issue 33's AMX run (plans/amx-cpu-tests.sh) on this host's CPU, beside the
 # GPU steps, when its parts were carried to $CPU_PARTS (stage_cpu_tests.py):

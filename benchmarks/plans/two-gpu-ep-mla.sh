@@ -12,11 +12,7 @@ source "$here/benchmarks/plan-lib.sh"
 layouts=(tp1)
 (( gpus >= 2 )) && layouts+=(tp2 tp2_ep sp2_ep shift_ep)
 
-eq() {   # STEP FAMILY LAYOUT...: a family's missing layouts, as one step
-  local name=$1 fam=$2; shift 2
-  step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
-    "$CKPT_DIR/$fam" "$res/equiv" "$@" --timeout 1200
-}
+eq_timeout=1200                  # plan-lib.sh's eq: each layout within 20 min
 
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
 # The two shapes one after the other: DeepSeek-V3's reduced checkpoint is ~11 GiB a TP=1
