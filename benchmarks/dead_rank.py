@@ -39,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.server import gpu_memory_mib
+from benchmarks.server import gpu_memory_mib, nvidia_smi
 from harness.faults import Case, Server, Stream, open_stream, send
 
 HERE = Path(__file__).resolve().parent
@@ -56,17 +56,6 @@ LAYOUTS = {
 # before the kill lands, the long prompt's length: a prefill of thousands of
 # tokens beside the decodes, SP mode under Shift, the decodes after it full TP)
 SIZES = {"gpu": (16384, 12000, 6000), "cpu": (4096, 3000, 1000)}
-
-
-def gpu_pids() -> list[int] | None:
-    """The pids of every compute process on the GPUs (None without nvidia-smi)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return [int(x) for x in out.split() if x.strip().isdigit()]
 
 
 def unstreamed(base: str, body: dict) -> Stream:
@@ -173,8 +162,8 @@ def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
         grace = time.time()
         before = res["memory_before_mib"]
         while True:
-            after, pids = gpu_memory_mib(), gpu_pids()
-            ours = sorted(set(pids or ()) & {p.pid for p in srv.seen})
+            after, pids = gpu_memory_mib(), nvidia_smi("--query-compute-apps=pid")
+            ours = sorted({int(p) for p in pids if p.isdigit()} & {p.pid for p in srv.seen})
             over = [i for i, (a, b) in enumerate(zip(after or (), before or ()))
                     if a - b > MEMORY_SLACK_MIB]
             if (not over and not ours) or time.time() > grace + 30:

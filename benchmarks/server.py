@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.layouts import LAYOUTS, RES, SITES, max_model_len
+from harness.client import parse_samples
 from harness.net import free_port
 
 
@@ -197,7 +197,7 @@ def server_times(base: str) -> dict[str, list[float] | float] | None:
 
 def metric(text: str, name: str) -> list[float]:
     """A /metrics sample's values, one per label set."""
-    return [float(m) for m in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    return [value for _, value in parse_samples(text, name)]
 
 
 def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
@@ -218,15 +218,20 @@ def server_means(before: dict | None, after: dict | None) -> dict[str, float]:
     return means
 
 
+def nvidia_smi(query: str, *args: str) -> list[str]:
+    """nvidia-smi's CSV rows for ``query`` (``--query-gpu=name``, ...): one a GPU, or a
+    process; none without nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader", *args],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def gpu_memory_mib() -> list[int]:
     """memory.used of every GPU of the host (empty without nvidia-smi)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [int(x) for x in out.split()]
+    return [int(row.split()[0]) for row in nvidia_smi("--query-gpu=memory.used")]
 
 
 LEASE_FILE = Path(os.environ.get("BENCH_LEASE_FILE", "/tmp/bench-lease.json"))
@@ -239,13 +244,7 @@ def lease() -> dict:
     (the host keeps nothing between leases, and the card may differ)."""
     if LEASE_FILE.exists():
         return json.loads(LEASE_FILE.read_text())
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    gpus = [line.strip() for line in out.splitlines() if line.strip()]
+    gpus = nvidia_smi("--query-gpu=name,memory.total,driver_version")
     names = "/".join(sorted({g.split(",")[0] for g in gpus}))
     info = {"id": time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(2).hex(),
             "card": f"{len(gpus)}x {names}" if gpus else "no GPU", "gpus": gpus,

@@ -20,6 +20,7 @@ from pathlib import Path
 from benchmarks.layouts import BENCH, ROOT, set_dir
 from benchmarks.server import env_for, gpu_memory_mib, metric, scrape, server_means, server_times
 from benchmarks.shapes import SHAPES, word
+from harness.client import post
 
 # name -> `vllm bench serve` arguments (random dataset; exact output lengths).
 WORKLOADS = {
@@ -191,8 +192,9 @@ def bench(layout: str, workload: str, shape: str, model: Path, port: int, out_di
                            f"completed, {r.get('failed')} failed")
 
 
-def post(base: str, path: str) -> None:
-    """POST to the server; a failure is printed (a profile is a report, not a check)."""
+def post_profiler(base: str, path: str) -> None:
+    """POST to the server's profiler; a failure is printed (a profile is a report, not a
+    check)."""
     try:
         urllib.request.urlopen(urllib.request.Request(base + path, method="POST"), timeout=600)
     except (OSError, urllib.error.URLError) as e:
@@ -275,11 +277,11 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
             if client.poll() is not None:
                 raise RuntimeError(f"{layout}/{workload}: the load ended (rc={client.returncode}) "
                                    f"before {after:.0f} s: trace earlier")
-            post(base, "/start_profile")
+            post_profiler(base, "/start_profile")
             deadline = time.time() + 600
             while not rank0_traces(shape, layout, since) and time.time() < deadline:
                 if client.poll() is not None:      # the load ended first: write what was traced
-                    post(base, "/stop_profile")
+                    post_profiler(base, "/stop_profile")
                     break
                 time.sleep(2)
         finally:
@@ -290,7 +292,7 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
                 except subprocess.TimeoutExpired:
                     os.killpg(client.pid, signal.SIGKILL)
                     client.wait()
-        post(base, "/stop_profile")                 # ready for another window
+        post_profiler(base, "/stop_profile")        # ready for another window
     found = rank0_traces(shape, layout, since)
     if not found:
         raise RuntimeError(f"{layout}/{workload}: no rank-0 trace under {trace_dir(shape, layout)}")
@@ -316,12 +318,10 @@ def probe(port: int, tokenizer: str, workload: str, out: Path) -> None:
         input_len=val("--random-input-len"), output_len=val("--random-output-len"))
     errors = []
     for i, rq in enumerate(reqs):
-        body = json.dumps({"model": "m", "prompt": rq.prompt, "ignore_eos": True,
-                           "max_tokens": rq.expected_output_len}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        body = {"model": "m", "prompt": rq.prompt, "ignore_eos": True,
+                "max_tokens": rq.expected_output_len}
         try:
-            urllib.request.urlopen(req, timeout=600).read()
+            post(f"http://127.0.0.1:{port}/v1/completions", body, 600).read()
         except urllib.error.HTTPError as e:
             errors.append({"request": i, "prompt_len": rq.prompt_len, "status": e.code,
                            "body": e.read().decode(errors="replace")[:2000]})
@@ -338,13 +338,10 @@ def context_sweep(base: str, out_dir: Path, max_model_len: int) -> None:
     rows = []
     for n in lengths:
         prompt = " ".join(word((i * 7919) % 100000) for i in range(n))
-        body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 16,
-                           "ignore_eos": True}).encode()
+        body = {"model": "m", "prompt": prompt, "max_tokens": 16, "ignore_eos": True}
         t0 = time.time()
         try:
-            req = urllib.request.Request(base + "/v1/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-            json.load(urllib.request.urlopen(req, timeout=600))
+            json.load(post(base + "/v1/completions", body, 600))
             rows.append({"prompt_tokens": n, "status": 200, "seconds": time.time() - t0})
         except urllib.error.HTTPError as e:
             rows.append({"prompt_tokens": n, "status": e.code, "seconds": time.time() - t0,

@@ -24,7 +24,12 @@ def post(url: str, body: dict, timeout: float = 120):
 
 def samples(base: str, name: str) -> list[tuple[dict[str, str], float]]:
     """Each sample of one series on the server's /metrics: (labels, value)."""
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    return parse_samples(urllib.request.urlopen(base + "/metrics", timeout=30).read().decode(),
+                         name)
+
+
+def parse_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Each sample of one series in a /metrics text: (labels, value)."""
     out = []
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
