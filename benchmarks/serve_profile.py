@@ -35,11 +35,10 @@ import json
 import re
 from pathlib import Path
 
-from benchmarks.step_profile import CATEGORIES, category, load_trace
+from benchmarks.step_profile import CATEGORIES, GPU_CATS, category, kernels_of, load_trace
 
 STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 TOP_KERNELS = 40          # per group, in the summary: [name, calls a step, us a step]
 
 
@@ -67,11 +66,7 @@ def steps_of(trace: dict) -> list[dict]:
     steps = sorted((e for e in events if e.get("cat") == "user_annotation"
                     and STEP.fullmatch(e.get("name", ""))), key=lambda e: e["ts"])
     starts = [s["ts"] for s in steps]
-    kernels = [e for e in events if e.get("cat") in GPU_CATS]
-    cpu_run = not kernels
-    if cpu_run:          # CPU dry run: the CPU ops inside each step stand in for kernels
-        kernels = [e for e in events if e.get("cat") == "cpu_op"
-                   and e.get("name", "").startswith(("aten::", "vllm", "_C", "c10d"))]
+    kernels, cpu_run = kernels_of(events)
     # a kernel belongs to the step whose host span (or the gap after it) launched it
     launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
                  if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})}

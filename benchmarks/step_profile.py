@@ -57,17 +57,25 @@ def category(name: str) -> str:
     return "other"
 
 
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def kernels_of(events: list[dict]) -> tuple[list[dict], bool]:
+    """(the GPU's kernels, copies and memsets among a trace's complete events, False); on a
+    CPU dry run, with none, the top-level-ish CPU ops standing in for them, True."""
+    kernels = [e for e in events if e.get("cat") in GPU_CATS]
+    if kernels:
+        return kernels, False
+    return [e for e in events if e.get("cat") == "cpu_op"
+            and e.get("name", "").startswith(("aten::", "vllm", "_C", "c10d"))], True
+
+
 def summarize(trace: dict) -> dict:
     """Busy time per category (ms), the span from the first to the last
     kernel, and the gaps in it (launch overhead, host work, waits)."""
-    events = trace.get("traceEvents", [])
-    kernels = [e for e in events if e.get("ph") == "X"
-               and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    unit = "kernels"
-    if not kernels:                          # CPU dry run: top-level-ish CPU ops
-        kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"
-                   and e.get("name", "").startswith(("aten::", "vllm", "_C", "c10d"))]
-        unit = "cpu ops (dry run: nested ops double count)"
+    kernels, cpu_run = kernels_of([e for e in trace.get("traceEvents", [])
+                                   if e.get("ph") == "X"])
+    unit = "cpu ops (dry run: nested ops double count)" if cpu_run else "kernels"
     by_cat: dict[str, float] = {}
     for e in kernels:
         c = category(e["name"])
@@ -81,11 +89,16 @@ def summarize(trace: dict) -> dict:
                      sorted(kernels, key=lambda e: -e["dur"])[:10]])
 
 
+def rank0_traces(folder: Path, since: float) -> list[Path]:
+    """The traces rank 0 wrote under ``folder`` since ``since`` (vLLM names them
+    ``<run>-rank-<r>.<time>.pt.trace.json.gz``; a DP engine's ``..._dp<i>_...``)."""
+    return [p for p in folder.glob("*.pt.trace.json*") if p.stat().st_mtime >= since
+            and re.search(r"rank[-_]?0\.", p.name)]
+
+
 def rank0_trace(folder: Path, since: float) -> Path:
-    """The trace rank 0 wrote since ``since`` (vLLM names them
-    ``<run>-rank-<r>.<time>.pt.trace.json.gz``)."""
-    found = [p for p in folder.glob("*.pt.trace.json*") if p.stat().st_mtime >= since
-             and re.search(r"rank[-_]?0\.", p.name)]
+    """The newest of rank0_traces."""
+    found = rank0_traces(folder, since)
     if not found:
         raise SystemExit(f"step_profile.py: no rank-0 trace written under {folder}")
     return max(found, key=lambda p: p.stat().st_mtime)

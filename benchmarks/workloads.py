@@ -243,11 +243,6 @@ def settled(paths: list[Path], quiet: float = 5.0, limit: float = 300.0) -> None
         time.sleep(1)
 
 
-def rank0_traces(shape: str, layout: str, since: float) -> list[Path]:
-    return [p for p in trace_dir(shape, layout).glob("*.pt.trace.json*")
-            if p.stat().st_mtime >= since and re.search(r"rank[-_]?0\.", p.name)]
-
-
 def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
                 out_dir: Path) -> None:
     """`prof_<w>`: <w>'s load, traced for PROFILE[1] steps from PROFILE[0] s (`prof<N>_<w>`:
@@ -256,7 +251,7 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
     sending).  Writes `<workload>.json`: the window's summary (`serve_profile.py`), DP:
     engine 0's rank 0."""
     from benchmarks.serve_profile import summarize_serving
-    from benchmarks.step_profile import load_trace
+    from benchmarks.step_profile import load_trace, rank0_traces
     args = bench_args(workload, shape)
     base = f"http://127.0.0.1:{port}"
     env = env_for(layout, shape)
@@ -279,7 +274,7 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
                                    f"before {after:.0f} s: trace earlier")
             post_profiler(base, "/start_profile")
             deadline = time.time() + 600
-            while not rank0_traces(shape, layout, since) and time.time() < deadline:
+            while not rank0_traces(trace_dir(shape, layout), since) and time.time() < deadline:
                 if client.poll() is not None:      # the load ended first: write what was traced
                     post_profiler(base, "/stop_profile")
                     break
@@ -293,7 +288,7 @@ def profile_run(layout: str, workload: str, shape: str, model: Path, port: int,
                     os.killpg(client.pid, signal.SIGKILL)
                     client.wait()
         post_profiler(base, "/stop_profile")        # ready for another window
-    found = rank0_traces(shape, layout, since)
+    found = rank0_traces(trace_dir(shape, layout), since)
     if not found:
         raise RuntimeError(f"{layout}/{workload}: no rank-0 trace under {trace_dir(shape, layout)}")
     path = min(found, key=lambda p: ("dp0_" not in p.name, -p.stat().st_mtime))
