@@ -50,11 +50,19 @@ import tarfile
 import tempfile
 import time
 import urllib.parse
-import zipfile
 from pathlib import Path
 
 from benchmarks.stage import cut_parts, part_bytes
-from benchmarks.user_env import IMAGE, TARGET, _host_only, _norm, download, sha256_file
+from benchmarks.user_env import (
+    IMAGE,
+    TARGET,
+    _host_only,
+    _norm,
+    download,
+    image_packages,
+    sha256_file,
+    write_stubs,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -110,12 +118,6 @@ def read_lock(path: Path | None) -> dict[str, tuple[str, str]]:
     return out
 
 
-def image_packages() -> dict[str, dict]:
-    pkgs = json.loads(IMAGE.read_text())["packages"]
-    return {_norm(n): {**p, "name": n, "version": p["version"].split("+")[0]}
-            for n, p in pkgs.items()}
-
-
 def from_image(image: dict[str, dict], lock: dict[str, tuple[str, str]]) -> dict[str, dict]:
     """The image packages the venv may take as they are: the GPU stack, and
     any at exactly the lock's version."""
@@ -128,25 +130,6 @@ def from_image(image: dict[str, dict], lock: dict[str, tuple[str, str]]) -> dict
             raise SystemExit(f"stage_cpu_tests.py: the image's {norm} {out[norm]['version']} "
                              f"is not CI's {lock[norm][1]}: stage torch itself (several GB)")
     return out
-
-
-def write_stubs(pkgs: dict[str, dict], folder: Path) -> None:
-    """One metadata-only wheel per package, versioned ``V+image`` so that
-    pip prefers it to the index's ``V``; extras declared, so that torch's
-    ``cuda-toolkit[cublas,...]`` brings the image's NVIDIA libraries along."""
-    for norm, p in pkgs.items():
-        info = f"{norm}-{p['version']}+image.dist-info"
-        reqs = p["requires_dist"] or []
-        extras = sorted({m for r in reqs for m in re.findall(r"extra\s*==\s*['\"]([^'\"]+)", r)})
-        meta = f"Metadata-Version: 2.1\nName: {p['name']}\nVersion: {p['version']}+image\n"
-        meta += "".join(f"Provides-Extra: {e}\n" for e in extras)
-        meta += "".join(f"Requires-Dist: {r}\n" for r in reqs)
-        whl = folder / f"{norm}-{p['version']}+image-py3-none-any.whl"
-        with zipfile.ZipFile(whl, "w") as z:
-            z.writestr(f"{info}/METADATA", meta)
-            z.writestr(f"{info}/WHEEL",
-                       "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-            z.writestr(f"{info}/RECORD", "")
 
 
 def requirements(ray: bool) -> list[str]:
@@ -234,7 +217,7 @@ def main() -> None:
         tmp = Path(tmp_name)
         stubs = tmp / "stubs"
         stubs.mkdir()
-        write_stubs(shim, stubs)
+        write_stubs(shim, stubs, extras=True)
         items = resolve(wheel, reqs, constraints, [stubs], offline=False, tmp=tmp)
         wanted, kept = {}, []
         for item in items:

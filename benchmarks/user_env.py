@@ -63,23 +63,32 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def _stubs(folder: Path) -> dict[str, str]:
-    """One metadata-only wheel per image package; name -> image version."""
+def image_packages() -> dict[str, dict]:
+    """The image's packages (``IMAGE``) by normalized name, each with its ``name`` and its
+    public ``version``."""
     pkgs = json.loads(IMAGE.read_text())["packages"]
-    out = {}
-    for name, p in pkgs.items():
-        public = p["version"].split("+")[0]
-        norm = _norm(name)
-        info = f"{norm}-{public}+image.dist-info"
-        meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {public}+image\n"
-        meta += "".join(f"Requires-Dist: {r}\n" for r in p["requires_dist"] or [])
-        with zipfile.ZipFile(folder / f"{norm}-{public}+image-py3-none-any.whl", "w") as z:
+    return {_norm(n): {**p, "name": n, "version": p["version"].split("+")[0]}
+            for n, p in pkgs.items()}
+
+
+def write_stubs(pkgs: dict[str, dict], folder: Path, extras: bool = False) -> None:
+    """One metadata-only wheel per package of ``pkgs`` (as ``image_packages``), versioned
+    ``V+image`` so that pip prefers it to the index's ``V``; ``extras``: its extras declared
+    too, so that a requirement of one (torch's ``cuda-toolkit[cublas,...]``) brings the
+    image's packages it names along."""
+    for norm, p in pkgs.items():
+        info = f"{norm}-{p['version']}+image.dist-info"
+        reqs = p["requires_dist"] or []
+        meta = f"Metadata-Version: 2.1\nName: {p['name']}\nVersion: {p['version']}+image\n"
+        if extras:
+            meta += "".join(f"Provides-Extra: {e}\n" for e in sorted(
+                {m for r in reqs for m in re.findall(r"extra\s*==\s*['\"]([^'\"]+)", r)}))
+        meta += "".join(f"Requires-Dist: {r}\n" for r in reqs)
+        with zipfile.ZipFile(folder / f"{norm}-{p['version']}+image-py3-none-any.whl", "w") as z:
             z.writestr(f"{info}/METADATA", meta)
             z.writestr(f"{info}/WHEEL",
                        "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
             z.writestr(f"{info}/RECORD", "")
-        out[name] = public
-    return out
 
 
 def _host_only(items: list[dict], host_env: dict) -> set[str]:
@@ -110,7 +119,9 @@ def resolve(wheel: Path) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         stubs = Path(tmp, "stubs")
         stubs.mkdir()
-        kept = _stubs(stubs)
+        pkgs = image_packages()
+        write_stubs(pkgs, stubs)
+        kept = {p["name"]: p["version"] for p in pkgs.values()}
         env = {**os.environ, "PIP_CONSTRAINT": ""}    # this machine's own caps are not the host's
         for _ in range(40):     # one ruled-out package a round, ~20 for a new torch
             Path(tmp, "c.txt").write_text("".join(f"{n}=={v}\n" for n, v in kept.items()))
