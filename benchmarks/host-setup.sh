@@ -16,19 +16,21 @@ source "$(dirname "${BASH_SOURCE[0]}")/hostpaths.sh"
 mkdir -p "$BENCH_DIR/res"
 bash "$parts/unpack.sh" "$parts" "$BENCH_DIR/res/env.txt"
 installed=$(python3 -c 'import os, vllm; print(os.path.dirname(vllm.__file__))')
-rm -rf "$SITE_OFFICIAL" "$SITE_OURS"
-mkdir -p "$SITE_OFFICIAL" "$SITE_OURS"
-cp -al "$installed" "$SITE_OURS/vllm"
-# --unlink-first: never write through a hard link into the official copy.
-tar -xzf "$parts/ours.tar.gz" -C "$SITE_OURS" --unlink-first
-while read -r f; do [[ -n "$f" ]] && rm -f "$SITE_OURS/$f"; done < "$SITE_OURS/DELETED"
+# lay_over SITE ARCHIVE: a hard-linked copy of the installed vllm package in SITE, ARCHIVE's
+# files over it (--unlink-first: never write through a hard link into the official copy), the
+# members it lists in DELETED removed.
+lay_over() {
+  mkdir -p "$1"
+  cp -al "$installed" "$1/vllm"
+  tar -xzf "$2" -C "$1" --unlink-first
+  while read -r f; do [[ -n "$f" ]] && rm -f "$1/$f"; done < "$1/DELETED"
+}
+rm -rf "$SITE_OFFICIAL" "$SITE_OURS" "$SITE_BEFORE"
+mkdir -p "$SITE_OFFICIAL"
+lay_over "$SITE_OURS" "$parts/ours.tar.gz"
 # Ours before a speed change (stage.py --before REV), laid out the same way.
-rm -rf "$SITE_BEFORE"
 if [[ -f $parts/ours-before.tar.gz ]]; then
-  mkdir -p "$SITE_BEFORE"
-  cp -al "$installed" "$SITE_BEFORE/vllm"
-  tar -xzf "$parts/ours-before.tar.gz" -C "$SITE_BEFORE" --unlink-first
-  while read -r f; do [[ -n "$f" ]] && rm -f "$SITE_BEFORE/$f"; done < "$SITE_BEFORE/DELETED"
+  lay_over "$SITE_BEFORE" "$parts/ours-before.tar.gz"
   PYTHONPATH=$SITE_BEFORE python3 -c 'import vllm; print("before", vllm.__version__, vllm.__file__)'
 fi
 PYTHONPATH=$SITE_OFFICIAL python3 -c 'import vllm; print("official", vllm.__version__, vllm.__file__)'
