@@ -73,9 +73,10 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.fused_graphs import fused_graphs, summary
+from benchmarks.server import nvidia_smi
 from harness import drafters, models
 from harness.compare import logprob_diffs
-from harness.engine import cpu_env
+from harness.engine import cpu_env, image, spec_counts
 
 # Never NVLink multicast on these hosts (hostpaths.sh says why): FlashInfer's
 # fused all-reduce takes the workspace vLLM falls back to without multicast.
@@ -488,15 +489,6 @@ def image_prompts(cfg: dict, scale: dict, seed: int = 2) -> list[tuple[list[int]
             (c + img + d + img + e, [[13, 448, 224], [14, 224, 448]])]
 
 
-def _image(seed: int, width: int, height: int):
-    """Seeded random pixels (tests/harness/engine.py draws them so)."""
-    import numpy as np
-    from PIL import Image
-
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return Image.fromarray(pixels)
-
-
 def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = False) -> None:
     base, _, spec = layout.partition("+")
     tp, sp, shift, _ = LAYOUTS[base]
@@ -569,7 +561,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if fam.get("vl"):
         for ids, imgs in image_prompts(json.loads((ckpt / "config.json").read_text()), sc):
             inputs.append({"prompt_token_ids": ids,
-                           "multi_modal_data": {"image": [_image(*i) for i in imgs]}})
+                           "multi_modal_data": {"image": [image(*i) for i in imgs]}})
             images.append(imgs)
     images = [[]] * len(ps) + images
     gen = sc["gen"] * 4 if spec else sc["gen"]        # enough drafts to judge a rate by
@@ -587,9 +579,9 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         # kept TP=1's tokens (another greedy path repeats more or less).
         r2 = []
         for inp in inputs:
-            before = _spec_counts(llm)
+            before = spec_counts(llm)
             r2 += llm.generate([inp], again, use_tqdm=False)
-            per_prompt.append({k: v - before.get(k, 0) for k, v in _spec_counts(llm).items()})
+            per_prompt.append({k: v - before.get(k, 0) for k, v in spec_counts(llm).items()})
     else:
         r2 = llm.generate(inputs, again, use_tqdm=False)
     run_s = time.time() - t0
@@ -619,13 +611,14 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
                      "cached_tokens": b.num_cached_tokens})
     for row, c in zip(rows, per_prompt):
         row["spec"] = c
-    counts = _spec_counts(llm) if spec else {}
+    counts = spec_counts(llm) if spec else {}
+    card = "cpu" if cpu else (nvidia_smi("--query-gpu=name", "-i", "0") or ["?"])[0]
     out.write_text(json.dumps({
         "family": family, "layout": layout, "spec": counts, "tp": tp, "sp": sp, "shift": shift,
         "model": model.name, **({"repeating": repeating} if spec in REPEATING else {}),
         **({"shift_threshold": sc["shift_at"], "shift_calls": shift_calls,
             "shift_calls_at_start": calls_before, "shift_steps": shift_steps} if shift else {}),
-        "device": "cpu" if cpu else "gpu", "card": _card(cpu),
+        "device": "cpu" if cpu else "gpu", "card": card,
         "start_s": round(start_s, 1), "run_s": round(run_s, 2),
         "enforce_eager": cfg.model_config.enforce_eager,
         "cudagraph_mode": str(cfg.compilation_config.cudagraph_mode),
@@ -667,25 +660,6 @@ def _shift_steps(llm) -> dict[str, float]:
     the steps whose full CUDA graph ran no Python on any worker."""
     return {m.labels.get("mode", "?"): m.value for m in llm.get_metrics()
             if m.name == "vllm:shift_parallel_steps"}
-
-
-def _card(cpu: bool) -> str:
-    if cpu:
-        return "cpu"
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader",
-                               "-i", "0"], capture_output=True, text=True,
-                              timeout=30).stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
-def _spec_counts(llm) -> dict[str, float]:
-    """Drafted and accepted tokens so far (only a speculative engine logs
-    stats: get_metrics() asserts on any other)."""
-    names = {"vllm:spec_decode_num_draft_tokens": "drafted",
-             "vllm:spec_decode_num_accepted_tokens": "accepted"}
-    return {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
 
 
 def _attention_backend(llm) -> str:

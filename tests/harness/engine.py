@@ -200,7 +200,8 @@ def failure_excerpt(out: str, tail: int = 5000) -> str:
             + out[-tail:])
 
 
-def _image(seed: int, width: int, height: int):
+def image(seed: int, width: int, height: int):
+    """Seeded random pixels: every layout, and the GPU harness's, sees the same image."""
     import numpy as np
     from PIL import Image
 
@@ -213,7 +214,7 @@ def _prompt(p: Prompt) -> dict:
         return {"prompt_token_ids": p}
     out = {"prompt_token_ids": p["ids"]} if "ids" in p else {"prompt": p["text"]}
     if p.get("images"):
-        out["multi_modal_data"] = {"image": [_image(*i) for i in p["images"]]}
+        out["multi_modal_data"] = {"image": [image(*i) for i in p["images"]]}
     return out
 
 
@@ -268,9 +269,7 @@ def _child(spec: dict, fork_workers: bool = False) -> None:
         res["cached_tokens"].append(o.num_cached_tokens or 0)
         res["prompt_ids"].append(list(o.prompt_token_ids))
     if speculating:
-        names = {"vllm:spec_decode_num_draft_tokens": "drafted",
-                 "vllm:spec_decode_num_accepted_tokens": "accepted"}
-        res["spec"] = {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
+        res["spec"] = spec_counts(llm)
     if engine.get("sequence_parallel_size", 1) > 1:
         res["gathers"] = llm.collective_rpc(_gather_report)
     if engine.get("enable_expert_parallel") or engine.get("sequence_parallel_size", 1) > 1:
@@ -288,6 +287,14 @@ def _child(spec: dict, fork_workers: bool = False) -> None:
     # after Ray's own exit hook has torn down the worker that owns them
     # (a fatal check in Ray, exit code 1, after the result).
     llm.llm_engine.engine_core.shutdown()
+
+
+def spec_counts(llm) -> dict[str, float]:
+    """Drafted and accepted tokens so far (only a speculative engine logs
+    stats: get_metrics() asserts on any other)."""
+    names = {"vllm:spec_decode_num_draft_tokens": "drafted",
+             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    return {names[m.name]: m.value for m in llm.get_metrics() if m.name in names}
 
 
 def _fork_workers() -> None:
