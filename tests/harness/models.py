@@ -4,7 +4,9 @@ Random weights are fine for equivalence tests: every layout must give the
 same tokens as every other, whatever the weights.  Hidden sizes are kept
 small so that a CPU engine with several ranks starts in under a minute.
 Each checkpoint also gets a small word-level tokenizer so that the OpenAI
-server (which needs one) can be tested on the same model.
+server (which needs one) can be tested on the same model.  The GPU harness
+(benchmarks/equivalence.py) writes its families' wider checkpoints with the
+same writer (``save_random``, ``vl_parts``, ``tokenizer``).
 """
 
 from __future__ import annotations
