@@ -162,6 +162,14 @@ FAMILIES: dict[str, dict] = {
         n_shared_experts=1, moe_intermediate_size=2048, first_k_dense_replace=1, n_group=8,
         topk_group=4, routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
         rope_scaling=None, num_nextn_predict_layers=0)),
+    # Nemotron-H-8B's layer shape (nvidia/Nemotron-H-8B-Base-8K): Mamba-2 128 heads of 64 in
+    # 8 groups, state 128, conv 4; attention 32 heads / 8 KV heads of 128; a squared-ReLU
+    # MLP of 21504; 4 layers (Mamba, attention, Mamba, MLP) of its 52.
+    "nemotron_h": dict(cfg="NemotronHConfig", cls="NemotronHForCausalLM", ssm=True, kw=dict(
+        hidden_size=4096, intermediate_size=21504, num_hidden_layers=4, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, mamba_num_heads=128, mamba_head_dim=64, n_groups=8,
+        ssm_state_size=128, conv_kernel=4, expand=2, mlp_hidden_act="relu2",
+        hybrid_override_pattern="M*M-")),
     # Qwen3.5-27B (Qwen/Qwen3.5-27B) as published, the multimodal class over a
     # Gated-DeltaNet hybrid: GDN 16 key / 48 value heads of 128, gated
     # attention 24 heads / 4 KV heads of 256 every fourth layer, partial
@@ -515,7 +523,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     if fam.get("eager"):
         kwargs["enforce_eager"] = True
-    if spec or (fam.get("gdn") and not cpu):
+    if spec or ((fam.get("gdn") or fam.get("ssm")) and not cpu):
         kwargs["max_num_seqs"] = sc["max_seqs"]
     if fam.get("vl"):
         # The processor needs the tokenizer.  The multimodal processor cache
@@ -532,7 +540,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
                       kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", 512 << 20)))
         if tp * sp > 1:
             kwargs["distributed_executor_backend"] = "mp"
-        if fam.get("gdn"):
+        if fam.get("gdn") or fam.get("ssm"):
             kwargs["mamba_ssm_cache_dtype"] = "float32"
         if fam.get("mla"):     # the reference CPU MLA backend's decode kernel: blocks of 16
             kwargs.update(block_size=16, attention_config={"backend": "CPU_MLA"})

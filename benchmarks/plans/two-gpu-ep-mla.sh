@@ -1,4 +1,4 @@
-# Expert parallelism and MLA under SP and Shift on GPUs: equal, smaller, faster (issue 72)?
+# Expert parallelism, MLA and Mamba-2 under SP and Shift on GPUs: equal, smaller, faster (issue 72)?
 # Kind: nvidia-h200-x2 (nvidia-h200: the TP=1 rows and the shapes only).
 # Results: benchmarks/results/<date>-2gpu-ep-mla-h200 (none yet).
 release 0.33.0 || return 0
@@ -20,6 +20,10 @@ step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", fl
 export EQ_GPU_UTIL=0.4
 eq eq_qwen3_moe_a3b qwen3_moe_a3b "${layouts[@]}"
 eq eq_deepseek_v3 deepseek_v3 "${layouts[@]}"
+# Nemotron-H (dense: no EP rows): its GPU Mamba-2 kernels are not the CPU engine's.
+nemotron=(tp1)
+(( gpus >= 2 )) && nemotron+=(tp2 sp2 shift)
+eq eq_nemotron_h nemotron_h "${nemotron[@]}"
 if (( gpus >= 2 )); then
   eq eq_deepseek_v3_mtp deepseek_v3 tp1+mtp shift_ep+mtp tp2_ep+mtp
   eq eq_qwen3_moe_a3b_ngram qwen3_moe_a3b tp1+ngram shift_ep+ngram tp2_ep+ngram
