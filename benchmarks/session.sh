@@ -72,13 +72,6 @@ case "$1" in
     # shellcheck source=/dev/null
     source "$plan"
     echo "== all steps tried $(date +%T)" >> "$res/progress.log" ;;
-  cpu)        # a plan of the host's CPU alone (plans/amx-cpu-tests.sh): no GPU install
-    plan=$2
-    export CPU_PARTS=$3
-    cd "$here"
-    # shellcheck source=/dev/null
-    source "$plan"
-    echo "== all steps tried $(date +%T)" >> "$res/progress.log" ;;
   dry)        # what a plan would run, printed on any machine (no installs, no servers):
               #   BENCH_DIR=/tmp/bd bash benchmarks/session.sh dry PLAN [RESUME]
               # run.py steps print their servers and clients (BENCH_DRY_RUN=1) and what a

@@ -10,31 +10,18 @@ export EQ_GPU_UTIL=0.06
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
 
-# Issue 33's AMX run (plans/amx-cpu-tests.sh) on this host's CPU, beside the
-# GPU steps, when its parts were carried to $CPU_PARTS (stage_cpu_tests.py):
-# its pytest ranks take cores 0-3 of 64, the engines here mostly the GPUs.
-amx_pid=
-if [[ -f ${CPU_PARTS:-/root/ghc}/bundle.sha256 ]]; then
-  (source benchmarks/plans/amx-cpu-tests.sh) &
-  amx_pid=$!
-fi
-group_wait() {   # the steps started with `&` above, not the AMX run
-  local p
-  for p in $(jobs -p); do [[ $p == "$amx_pid" ]] || wait "$p"; done
-}
-
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1'
 for fam in llama gpt_oss qwen3_moe; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
-group_wait
+wait
 for fam in qwen3_next gemma3 glm4_moe; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
-group_wait
+wait
 eq eq_llama4 llama4 "${layouts[@]}" &
 # +draft32: the draft model in float32, whose rate names the cause where bf16's misses
 eq eq_llama_spec llama tp1+ngram "$shift_layout+ngram" tp1+draft "$shift_layout+draft" \
   tp1+eagle3 "$shift_layout+eagle3" tp4+ngram tp4+draft tp4+eagle3 \
   tp1+draft32 "$shift_layout+draft32" &
 for fam in qwen3_next glm4_moe; do eq "eq_${fam}_mtp" "$fam" tp1+mtp "$shift_layout+mtp" tp4+mtp & done
-group_wait
+wait
 for lay in shift tp; do   # once per results folder
   site=$SITE_OURS; [[ $lay == tp ]] && site=$SITE_OFFICIAL
   [[ -f "$res/dead_rank/$lay.json" ]] || step "dead_rank_$lay" env PYTHONPATH="$site" \
@@ -42,6 +29,5 @@ for lay in shift tp; do   # once per results folder
 done
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
 for fam in qwen3 qwen3_vl gemma3_vl qwen3_5 qwen2_5_vl; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
-group_wait
+wait
 step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
-if [[ -n $amx_pid ]]; then wait "$amx_pid"; fi
