@@ -1,9 +1,8 @@
 """The GPU harness: run its modules from the repository root as ``python3 -m benchmarks.<name>``.
 Its one path setup: ``scripts/`` first on ``sys.path`` (the build's scripts import by their own
 names, and the repository root holds an unrelated ``build/``), ``tests/`` last, so that the
-test harness imports as ``harness``, the name the tests use, unless one is importable already
-(the AMX plan's staged tests run their own).  test_layering.py holds benchmarks/ to this one
-place."""
+test harness imports as ``harness``, the name the tests use.  test_layering.py holds
+benchmarks/ to this one place."""
 
 import sys
 from pathlib import Path

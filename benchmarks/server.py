@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from benchmarks.layouts import LAYOUTS, RES, SITES, max_model_len
 from harness.client import parse_samples
 from harness.net import free_port
+from harness.server import start, stop, wait_healthy
 
 
 def env_for(layout: str, shape: str) -> dict[str, str]:
@@ -102,49 +102,27 @@ ENGINE_FAILED = "EngineCore failed to start"
 
 
 def serve(layout: str, shape: str, model: Path, log: Path, extra: list[str]):
+    """The layout's server, healthy: (process, port, base URL)."""
     port = free_port()
-    cmd = serve_cmd(layout, shape, model, port, extra)
-    with open(log, "w") as out:
-        out.write(" ".join(cmd) + "\n")
-        out.flush()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                env=env_for(layout, shape), start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 900
-    failed_at = None
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{layout}: server exited ({proc.returncode}):\n"
-                               + log.read_text()[-3000:])
+    proc = start(serve_cmd(layout, shape, model, port, extra), log, env_for(layout, shape),
+                 echo=True)
+    failed_at = []
+
+    def failed() -> str:
         # A server can log this and then hold its GPUs without exiting (the peer's shift at
-        # 70B FP8 did, until the deadline): give a failed engine a minute to exit, no more.
-        if failed_at is None and ENGINE_FAILED in log.read_text(errors="replace"):
-            failed_at = time.time()
-        if failed_at is not None and time.time() > failed_at + 60:
-            stop(proc)
-            raise RuntimeError(f"{layout}: {ENGINE_FAILED!r} and the server did not exit in "
-                               "60 s (stopped):\n" + log.read_text()[-3000:])
-        try:
-            if urllib.request.urlopen(base + "/health", timeout=5).status == 200:
-                return proc, port, base
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            pass
-        if time.time() > deadline:
-            stop(proc)
-            raise RuntimeError(f"{layout}: server did not come up")
-        time.sleep(2)
+        # 70B FP8 did): give a failed engine a minute to exit, no more.
+        if not failed_at and ENGINE_FAILED in log.read_text(errors="replace"):
+            failed_at.append(time.time())
+        return (f"{layout}: {ENGINE_FAILED!r} and the server did not exit in 60 s"
+                if failed_at and time.time() > failed_at[0] + 60 else "")
 
-
-def stop(proc) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-    except (subprocess.TimeoutExpired, ProcessLookupError):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        wait_healthy([proc], base, 900, lambda: log.read_text(errors="replace")[-3000:], failed)
+    except AssertionError as e:
+        stop(proc)
+        raise RuntimeError(f"{layout}: {e}") from None
+    return proc, port, base
 
 
 # Where a request's time goes, as the server saw it (histogram sums; vLLM's

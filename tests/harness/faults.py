@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -25,7 +23,7 @@ from harness.client import post
 from harness.engine import remove_stale_cpu_shm
 from harness.net import free_port
 from harness.repo import VERSION
-from harness.server import serve_command, serve_env
+from harness.server import CLI, healthy, serve_command, serve_env, start, stop, wait_healthy
 
 SHM = Path("/dev/shm")
 
@@ -45,13 +43,9 @@ class Server:
         self.log = log
         remove_stale_cpu_shm()
         self.shm_before = set(os.listdir(SHM))
-        cli = serve_command(model) if cpu else [
-            sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model)]
-        cmd = [*cli, *args, "--port", str(self.port), "--host", "127.0.0.1"]
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**(serve_env(ranks) if cpu else os.environ), **(env or {})})
+        cli = serve_command(model) if cpu else [*CLI, str(model)]
+        self.proc = start([*cli, *args, "--port", str(self.port), "--host", "127.0.0.1"], log,
+                          {**(serve_env(ranks) if cpu else os.environ), **(env or {})})
         # Every process the server started, with its title.  psutil's handles
         # check the start time, so a recycled pid is never mistaken for one.
         self.seen: dict[psutil.Process, str] = {}
@@ -66,19 +60,10 @@ class Server:
         return self.log.read_text(errors="replace")[-n:]
 
     def healthy(self) -> bool:
-        try:
-            return urllib.request.urlopen(self.base + "/health", timeout=5).status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return False
+        return healthy(self.base)
 
     def wait_healthy(self, timeout: float = 600) -> None:
-        deadline = time.time() + timeout
-        while not self.healthy():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited ({self.proc.returncode}):\n{self.tail()}")
-            if time.time() > deadline:
-                raise AssertionError(f"server did not come up in {timeout:.0f} s:\n{self.tail()}")
-            time.sleep(1)
+        wait_healthy([self.proc], self.base, timeout, self.tail)
         self.processes()
 
     def processes(self) -> dict[str, psutil.Process]:
@@ -120,14 +105,7 @@ class Server:
             return None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-            if self.wait_exit(60) is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop(self.proc)
         # A worker left stopped (SIGSTOP) by a test must not outlive it.
         for p in self.seen:
             try:

@@ -1,7 +1,9 @@
 """Start a real `vllm serve` (the unpacked CLI, as a user runs it) on
-loopback for a test, wait until /health answers, and stop it with SIGINT
-(SIGKILL after a minute) however the test ends.  Its output goes to a log
-file, not a pipe: a chatty server must never block on a full pipe."""
+loopback, wait until /health answers, and stop it with SIGINT (SIGKILL after
+a minute) however the caller ends.  Its output goes to a log file, not a
+pipe: a chatty server must never block on a full pipe.  The one way a
+server starts and stops, for the tests (``serve``, ``faults.Server``) and
+the GPU harness (``benchmarks.server``)."""
 
 from __future__ import annotations
 
@@ -12,25 +14,74 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
 from harness.engine import KV_CACHE_BYTES, cpu_env, remove_stale_cpu_shm
 from harness.net import free_port
+
+CLI = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
 
 
 def serve_command(model: Path) -> list[str]:
     """`vllm serve MODEL` as the tests start it: the unpacked CLI, each
     rank's small KV cache."""
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
-            "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+    return [*CLI, str(model), "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
 
 
 def serve_env(ranks: int) -> dict[str, str]:
     return {**os.environ, **cpu_env(ranks), "VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def start(cmd: list[str], log: Path, env: dict[str, str],
+          echo: bool = False) -> subprocess.Popen:
+    """``cmd`` in a session of its own (``stop`` ends all it started), its
+    output to ``log`` (``echo``: after the command line)."""
+    with open(log, "w") as out:
+        if echo:
+            out.write(" ".join(cmd) + "\n")
+            out.flush()
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+
+def healthy(base: str) -> bool:
+    try:
+        return urllib.request.urlopen(base + "/health", timeout=5).status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def wait_healthy(procs: list[subprocess.Popen], base: str, timeout: float,
+                 tails: Callable[[], str], failed: Callable[[], str] = lambda: "") -> None:
+    """Until ``base`` answers /health; AssertionError (with ``tails()``) when
+    one of ``procs`` exits, ``failed()`` says why the start failed, or
+    ``timeout`` passes."""
+    deadline = time.time() + timeout
+    while not healthy(base):
+        exited = [p.returncode for p in procs if p.poll() is not None]
+        why = (f"server exited ({exited})" if exited else failed()
+               or (f"server did not come up in {timeout:.0f} s" if time.time() > deadline else ""))
+        if why:
+            raise AssertionError(f"{why}:\n{tails()}")
+        time.sleep(1)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGINT to the process's session, SIGKILL after a minute."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    proc.wait()
 
 
 @contextmanager
@@ -39,67 +90,28 @@ def serve(model: Path, args: list[str], log: Path, ranks: int,
     """Yield the server's base URL.  ``ranks``: worker processes in all
     (for the CPU engine's core binding).  ``headless``: the extra arguments
     of each other "node" of a multi-node launch on loopback, started first
-    as `vllm serve MODEL --headless ...` (log: ``<log>.node<i>``)."""
-    with serve_nodes(model, [args], log, ranks, timeout, headless) as bases:
-        yield bases[0]
-
-
-@contextmanager
-def serve_nodes(model: Path, servers: list[list[str]], log: Path, ranks: int,
-                timeout: float = 600, headless: list[list[str]] = ()) -> Iterator[list[str]]:
-    """``serve`` for launches where several nodes run an API server (vLLM's
-    hybrid DP load balancing): one server per entry of ``servers``, all
-    started together (they wait for each other), each on its own port
-    (logs: ``<log>``, ``<log>.server<j>``); yields their base URLs."""
+    as `vllm serve MODEL --headless ...` (log: ``<log>.node<i>``); the head
+    is stopped first, and stopping tells the others to stop."""
     remove_stale_cpu_shm()
     env = serve_env(ranks)
     cli = serve_command(model)
-    ports = [free_port() for _ in servers]
-    # The head (servers[0]) starts last, so it is stopped first (reversed
-    # below): stopping, it tells the others to stop.
+    port = free_port()
     launches = [(cli + [*a, "--headless"], log.with_name(f"{log.name}.node{i + 1}"))
                 for i, a in enumerate(headless)]
-    served = [(cli + [*a, "--port", str(port), "--host", "127.0.0.1"],
-               log if j == 0 else log.with_name(f"{log.name}.server{j}"))
-              for j, (a, port) in enumerate(zip(servers, ports))]
-    launches += served[1:] + served[:1]
-    logs = [path for _, path in launches]
-    procs = []
-    for cmd, path in launches:
-        with open(path, "w") as out:
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True))
+    launches.append((cli + [*args, "--port", str(port), "--host", "127.0.0.1"], log))
+    procs = [start(cmd, path, env) for cmd, path in launches]
 
     def tails() -> str:
-        return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for p in logs)
+        return "\n".join(f"--- {p.name}:\n{p.read_text()[-3000:]}" for _, p in launches)
 
-    bases = [f"http://127.0.0.1:{port}" for port in ports]
     try:
-        deadline = time.time() + timeout
-        waiting = list(bases)
-        while waiting:
-            exited = [p.returncode for p in procs if p.poll() is not None]
-            if exited:
-                pytest.fail(f"server exited ({exited}):\n{tails()}")
-            try:
-                if urllib.request.urlopen(waiting[0] + "/health", timeout=5).status == 200:
-                    waiting.pop(0)
-                    continue
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.time() > deadline:
-                pytest.fail("server did not come up:\n" + tails())
-            time.sleep(2)
-        yield bases
+        try:
+            wait_healthy(procs, f"http://127.0.0.1:{port}", timeout, tails)
+        except AssertionError as e:
+            import pytest  # here: the GPU harness imports this module without pytest
+
+            pytest.fail(str(e))
+        yield f"http://127.0.0.1:{port}"
     finally:
         for proc in reversed(procs):
-            try:
-                os.killpg(proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop(proc)
