@@ -22,6 +22,7 @@ OUR_FIELDS = {"sequence_parallel_size": 1, "shift_parallel": False,
 def engine_config(model, **kw):
     from vllm.engine.arg_utils import EngineArgs
 
+    engine.inspect_models_here()
     kw.setdefault("max_model_len", 256)
     return EngineArgs(model=str(model), skip_tokenizer_init=True, enforce_eager=True,
                       **kw).create_engine_config()

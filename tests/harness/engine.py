@@ -23,9 +23,10 @@ environment before vLLM reads any of it, so it starts as the fresh
 interpreter would after its imports.  Its workers are forked from it in
 turn (``_fork_workers``) where vLLM's CPU platform would spawn them: a spawned
 worker imported vLLM again, ~5 s of CPU a rank, most of a TP=2 run's start
-(docs/testing.md has the figures).  Forked workers are what ``vllm serve`` gives a GPU
-user (vLLM forks them unless CUDA is already initialised); spawned ones,
-what the CPU platform gives, run in every ``vllm serve`` test
+(docs/testing.md has the figures).  Forked workers are what ``LLM(...)`` gives a
+GPU user (vLLM forks them unless CUDA is already initialised); spawned
+ones, what the CPU platform gives and what ``vllm serve`` gives on every
+platform (its CLI asks for spawn), run in every ``vllm serve`` test
 (harness.server), in every run that takes a fresh interpreter, and in
 all runs with ``SP_TEST_FORK=0``.  A run whose environment differs
 from the forker's in anything read at import time (Ray's, Inductor on)
@@ -218,10 +219,24 @@ def _prompt(p: Prompt) -> dict:
     return out
 
 
+def inspect_models_here() -> None:
+    """vLLM inspects a model class (``_ModelInfo``: PP, multimodal, hybrid,
+    ...) in a fresh interpreter, so that the process asking keeps CUDA
+    uninitialised; that interpreter imports vLLM again, ~9 s of CPU for
+    each class a cache root has not seen (harness.repo).  A test process
+    has no CUDA to keep: the same inspection runs in it, and its result
+    goes to the same cache."""
+    from vllm.model_executor.models import registry
+
+    registry._run_in_subprocess = lambda fn: fn()
+
+
 def _child(spec: dict, fork_workers: bool = False) -> None:
     import time
 
     from vllm import LLM, SamplingParams
+
+    inspect_models_here()
 
     engine = dict(enforce_eager=True, max_model_len=1024, seed=0, dtype="float32",
                   skip_tokenizer_init=True, enable_prefix_caching=True,
@@ -541,6 +556,7 @@ def _forker() -> None:
     # modules, ~3 s of every engine's or gloo rank's start): once, here.
     with contextlib.suppress(ImportError):
         import vllm.model_executor.kernels.linear  # noqa: F401
+    inspect_models_here()       # for the CLI refusals and gloo launchers forked from here
 
     def answer(line: str) -> None:
         answers.write(line + "\n")
