@@ -265,13 +265,15 @@ def fuzz_cases(model: Path, vocab: int, max_model_len: int, sp: int,
         Case("max_tokens not a number", req(ids(3), max_tokens="four")),
         Case("unknown model", {**req(ids(3)), "model": "no-such-model"}),
     ]
-    beyond = Case("max_tokens beyond the context", req(ids(3), max_tokens=max_model_len))
+    p = ids(max_model_len - 4)
+    beyond = Case("max_tokens beyond the context", req(p, max_tokens=max_model_len))
     valid = []
     if VERSION == "0.26.0":
         bad.append(beyond)
     else:
-        # From 0.32 on upstream clamps max_tokens to the context left.
-        valid.append(replace(beyond, valid=True))
+        # From 0.32 on upstream clamps max_tokens to the context left: the 4
+        # greedy tokens of a prompt 4 short of it.
+        valid.append(replace(beyond, prompts=[p]))
     for n in range(1, 2 * sp + 2):
         p = ids(n)
         valid.append(Case(f"prompt of {n} tokens", req(p), [p]))
