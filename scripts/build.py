@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
-import fcntl
 import hashlib
 import io
 import os
@@ -125,26 +124,22 @@ def fetch(name: str, filename: str, lock: dict[str, str], cache: Path,
     dest = cache / "downloads"
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / filename
-    # Held while the file is fetched: two builds at once (CI packs the CUDA
-    # wheel beside the CPU one) download it, and make the tools venv, once.
-    with open(dest / f"{filename}.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        if not path.exists():
-            log(f"downloading {filename}")
-            version = filename.split("-")[1].removesuffix(".tar.gz")
-            pip = [str(tools_python(cache, version_dir)) if sdist else sys.executable,
-                   "-m", "pip", "download", "-vv", "--no-deps", "-d", str(dest)]
-            env = dict(os.environ)
-            if sdist:
-                pip += ["--no-build-isolation", "--no-binary", name]
-                env.update(VLLM_TARGET_DEVICE="empty", VLLM_VERSION_OVERRIDE=version)
-            else:
-                pip += ["--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
-                        "--python-version", "3.12", "--implementation", "cp"]
-            proc = run(pip + [f"{name}=={version}"], env=env, check=False)
-            if proc.returncode != 0 or not path.exists():
-                raise BuildError(f"cannot download {name}=={version}: "
-                                 f"{pip_failure_reason(proc.stdout)}")
+    if not path.exists():
+        log(f"downloading {filename}")
+        version = filename.split("-")[1].removesuffix(".tar.gz")
+        pip = [str(tools_python(cache, version_dir)) if sdist else sys.executable,
+               "-m", "pip", "download", "-vv", "--no-deps", "-d", str(dest)]
+        env = dict(os.environ)
+        if sdist:
+            pip += ["--no-build-isolation", "--no-binary", name]
+            env.update(VLLM_TARGET_DEVICE="empty", VLLM_VERSION_OVERRIDE=version)
+        else:
+            pip += ["--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64",
+                    "--python-version", "3.12", "--implementation", "cp"]
+        proc = run(pip + [f"{name}=={version}"], env=env, check=False)
+        if proc.returncode != 0 or not path.exists():
+            raise BuildError(f"cannot download {name}=={version}: "
+                             f"{pip_failure_reason(proc.stdout)}")
     want = lock.get(filename)
     if want is None and record is not None:
         record[filename] = sha256_file(path)
