@@ -74,7 +74,7 @@ from pathlib import Path
 
 from benchmarks.fused_graphs import fused_graphs, summary
 from benchmarks.server import nvidia_smi
-from harness import drafters, models
+from harness import drafters, models, shared_gpu
 from harness.compare import logprob_diffs
 from harness.engine import cpu_env, image, spec_counts
 
@@ -170,6 +170,17 @@ FAMILIES: dict[str, dict] = {
         num_key_value_heads=8, head_dim=128, mamba_num_heads=128, mamba_head_dim=64, n_groups=8,
         ssm_state_size=128, conv_kernel=4, expand=2, mlp_hidden_act="relu2",
         hybrid_override_pattern="M*M-")),
+    # Granite 4.0-H-Tiny's layer shape (ibm-granite/granite-4.0-h-tiny): Mamba-2 48 heads
+    # of 64 in one group, state 128, conv 4; attention 12 heads / 4 KV heads of 128 without
+    # positions (NoPE); every layer's MoE of 64 experts top-6 of 512 beside a shared expert of
+    # 1024; 4 layers (Mamba, Mamba, Mamba, attention) of its 40.
+    "granite_h": dict(cfg="GraniteMoeHybridConfig", cls="GraniteMoeHybridForCausalLM", ssm=True,
+                      kw=dict(
+        hidden_size=1536, intermediate_size=512, shared_intermediate_size=1024,
+        num_hidden_layers=4, num_attention_heads=12, num_key_value_heads=4,
+        layer_types=["mamba"] * 3 + ["attention"], position_embedding_type="nope",
+        num_local_experts=64, num_experts_per_tok=6, mamba_n_heads=48, mamba_d_head=64,
+        mamba_n_groups=1, mamba_d_state=128, mamba_d_conv=4, mamba_expand=2)),
     # Qwen3.5-27B (Qwen/Qwen3.5-27B) as published, the multimodal class over a
     # Gated-DeltaNet hybrid: GDN 16 key / 48 value heads of 128, gated
     # attention 24 heads / 4 KV heads of 256 every fourth layer, partial
@@ -241,11 +252,13 @@ VL_FIRST_ID = 16
 LAYOUTS = {"tp1": (1, 1, False, 1), "tp2": (2, 1, False, 2), "sp2": (1, 2, False, 2),
            "shift": (1, 2, True, 2), "tp4": (4, 1, False, 4), "tp2sp2": (2, 2, False, 4),
            "tp2sp2_shift": (2, 2, True, 4), "tp1_again": (1, 1, False, 1),
-           "tp2_ep": (2, 1, False, 2), "sp2_ep": (1, 2, False, 2), "shift_ep": (1, 2, True, 2)}
+           "tp2_ep": (2, 1, False, 2), "sp2_ep": (1, 2, False, 2), "shift_ep": (1, 2, True, 2),
+           "tp4_ep": (4, 1, False, 4), "tp2sp2_ep": (2, 2, False, 4),
+           "tp2sp2_shift_ep": (2, 2, True, 4)}
 # Layouts with --enable-expert-parallel: a MoE layer's experts split over the TP x SP ranks
-# (upstream's TP=2 with EP is their spread).
-EP = ("tp2_ep", "sp2_ep", "shift_ep")
-BOUNDS = ("tp2", "tp4", "tp2_ep")
+# (upstream's TP=2 and TP=4 with EP are their spread).
+EP = ("tp2_ep", "sp2_ep", "shift_ep", "tp4_ep", "tp2sp2_ep", "tp2sp2_shift_ep")
+BOUNDS = ("tp2", "tp4", "tp2_ep", "tp4_ep")
 # LAYOUT+SPEC: speculative decoding in that layout (CUDA graphs with the
 # drafter), judged by its acceptance rate against TP=1's with the same
 # drafter (within 5 points).  Repetitive prompts give n-gram lookup something
@@ -280,6 +293,8 @@ REPEATING = ("ngram", *DRAFTED)
 PROMPT_LENGTHS = (17, 300, 1500, 3000)
 MAX_BATCHED = 1024          # the 1500- and 3000-token prompts prefill in chunks
 GEN = 16
+# Where ``family --shared-gpu`` installs harness.shared_gpu's vLLM plugin.
+SHARED_GPU_PLUGIN = Path(os.environ.get("BENCH_DIR", "/tmp")) / "shared-gpu-plugin"
 # Workload sizes: on GPUs, and for --cpu (a dry run on vLLM's CPU engine).
 # shared: the shared prefix's length; rep: each repetitive prompt's (spec);
 # img_text: the text runs around the image placeholders (image_prompts).
@@ -521,7 +536,10 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
                       disable_log_stats=False)       # the steps per mode (_shift_steps)
     if shift or tp * sp > 1:     # collective_rpc(_shift_calls, _fusion_groups)
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
-    if fam.get("eager"):
+    shared = not cpu and os.environ.get(shared_gpu.FLAG) == "1"
+    if shared:                   # every rank on one GPU (``family --shared-gpu``)
+        kwargs.update(shared_gpu.engine_kwargs(tp * sp))
+    if fam.get("eager") or os.environ.get("EQ_EAGER") == "1":
         kwargs["enforce_eager"] = True
     if spec or ((fam.get("gdn") or fam.get("ssm")) and not cpu):
         kwargs["max_num_seqs"] = sc["max_seqs"]
@@ -627,6 +645,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         **({"shift_threshold": sc["shift_at"], "shift_calls": shift_calls,
             "shift_calls_at_start": calls_before, "shift_steps": shift_steps} if shift else {}),
         "device": "cpu" if cpu else "gpu", "card": card,
+        **({"shared_gpu": tp * sp} if shared else {}),
         "start_s": round(start_s, 1), "run_s": round(run_s, 2),
         "enforce_eager": cfg.model_config.enforce_eager,
         "cudagraph_mode": str(cfg.compilation_config.cudagraph_mode),
@@ -678,12 +697,15 @@ def _attention_backend(llm) -> str:
 
 
 def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeout: int,
-               cpu: bool = False) -> int:
+               cpu: bool = False, shared: bool = False) -> int:
     """Every layout of a family at once (each its own process, GPUs shared):
     a family's engines mostly compile on the CPU, so together they take
     about as long as the slowest.  ``cpu``: one after the other, each
-    within ``timeout``."""
+    within ``timeout``.  ``shared``: every rank of every layout on the first
+    GPU (harness.shared_gpu: the one-GPU tier)."""
     outdir.mkdir(parents=True, exist_ok=True)
+    if shared:
+        shared_gpu.install(SHARED_GPU_PLUGIN)
     # Layouts done already (resumed from a results folder: gzipped) are
     # skipped; with none left the checkpoint is not even written.
     todo = [lay for lay in layouts if not any(
@@ -692,7 +714,7 @@ def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeou
         make_ckpt(family, ckpt)       # (kept where it is: then only its missing drafters)
         if any(lay.partition("+")[2] in REPEATING for lay in todo):
             make_repeating(family, ckpt)
-    _launch(family, ckpt, outdir, todo, timeout, cpu)
+    _launch(family, ckpt, outdir, todo, timeout, cpu, shared)
 
     def failed(lay: str) -> bool:
         return (outdir / f"{family}.{lay}.failed").exists()
@@ -704,7 +726,7 @@ def run_family(family: str, ckpt: Path, outdir: Path, layouts: list[str], timeou
     if lost:
         print(f"{family}: {', '.join(lost)} lost a port race; again, one at a time", flush=True)
         for lay in lost:
-            _launch(family, ckpt, outdir, [lay], timeout, cpu)
+            _launch(family, ckpt, outdir, [lay], timeout, cpu, shared)
     return int(any(failed(lay) for lay in todo))
 
 
@@ -713,7 +735,7 @@ def _text(path: Path) -> str:
 
 
 def _launch(family: str, ckpt: Path, outdir: Path, todo: list[str], timeout: int,
-            cpu: bool) -> int:
+            cpu: bool, shared: bool = False) -> int:
     procs, hung = {}, set()
     deadline = time.time() + timeout
     for layout in todo:
@@ -723,6 +745,8 @@ def _launch(family: str, ckpt: Path, outdir: Path, todo: list[str], timeout: int
         if cpu:
             env.update(cpu_env(LAYOUTS[base][0] * LAYOUTS[base][1]))
             deadline = time.time() + timeout
+        elif shared:
+            env = shared_gpu.env(SHARED_GPU_PLUGIN, env)
         elif LAYOUTS[base][3] == 1:      # TP=1 beside the others, on the last GPU
             env["CUDA_VISIBLE_DEVICES"] = str(_gpu_count() - 1)
         (outdir / f"{family}.{layout}.failed").unlink(missing_ok=True)    # an earlier try's
@@ -1071,6 +1095,9 @@ def main() -> None:
     f.add_argument("layouts", nargs="+", type=_layout)
     f.add_argument("--timeout", type=int, default=600)
     f.add_argument("--cpu", action="store_true", help="vLLM's CPU engine, one layout at a time")
+    f.add_argument("--shared-gpu", action="store_true",
+                   help="every rank of every layout on the first GPU (harness.shared_gpu): "
+                        "kernels and the runner checked, not NVLink nor speed")
     r = sub.add_parser("report")
     r.add_argument("outdir", type=Path)
     r.add_argument("--md", type=Path)
@@ -1085,7 +1112,10 @@ def main() -> None:
     elif a.cmd == "engine":
         run_engine(a.family, a.dir, a.layout, a.out, a.cpu)
     elif a.cmd == "family":
-        sys.exit(run_family(a.family, a.dir, a.outdir, a.layouts, a.timeout, a.cpu))
+        if a.shared_gpu and a.cpu:
+            ap.error("--shared-gpu puts ranks on a GPU; --cpu runs none")
+        sys.exit(run_family(a.family, a.dir, a.outdir, a.layouts, a.timeout, a.cpu,
+                            a.shared_gpu))
     else:
         sys.exit(report(a.outdir, a.md))
 

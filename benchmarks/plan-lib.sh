@@ -22,11 +22,12 @@ beside() {
 
 # eq STEP FAMILY LAYOUT...: a family's layouts not yet in $res/$eq_dir (default equiv) as one
 # step: equivalence.py under ours, on its seeded checkpoints in $CKPT_DIR, each layout within
-# $eq_timeout s (default 900).
+# $eq_timeout s (default 900); $eq_args, when set, are more of its words (--shared-gpu).
 eq() {
   local name=$1 fam=$2; shift 2
+  # shellcheck disable=SC2086   # $eq_args is words
   step "$name" env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.equivalence family "$fam" \
-    "$CKPT_DIR/$fam" "$res/${eq_dir:-equiv}" "$@" --timeout "${eq_timeout:-900}"
+    "$CKPT_DIR/$fam" "$res/${eq_dir:-equiv}" "$@" --timeout "${eq_timeout:-900}" ${eq_args:-}
 }
 
 # fused_equivalence LAYOUTS DRAFT_LAYOUTS [FLOAT32_DRAFT_LAYOUTS]: the fused-Shift plans'

@@ -14,6 +14,8 @@ conftest's fixtures by name).
 * ``gloo``     - ranks of the patched process groups for unit tests
 * ``config``   - engine configs and the CLI-reject check without an engine
 * ``net``      - free loopback ports
+* ``shared_gpu`` - every rank of an engine on one GPU (the one-GPU tier on the GPU
+  host; a vLLM plugin it installs beside the run, never in the wheel)
 * ``cpu_path`` - the AVX2 kernel path every test process runs on, any x86 host
   (conftest pins it)
 * ``imports``  - which modules each module of a tree imports (read from the

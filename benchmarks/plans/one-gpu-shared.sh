@@ -1,0 +1,36 @@
+# Every family, layout and capability with all of a layout's ranks on one GPU (issue 83)?
+# Kind: nvidia-h200 / nvidia-h100-x1 (one GPU; more GPUs are not used).
+# Results: benchmarks/results/<date>-1gpu-shared-ranks-0.33.0-<card> (resume from its folder).
+# The ranks share the card and talk over NCCL's socket transport on loopback
+# (harness.shared_gpu): kernels and the runner are checked, NVLink and
+# speed are not; no timing here is a speed figure.
+release 0.33.0 || return 0
+# shellcheck source=../plan-lib.sh
+source "$here/benchmarks/plan-lib.sh"
+eq_args=--shared-gpu
+eq_timeout=1500
+export EQ_GPU_UTIL=0.02          # each rank's start-up check only: the KV cache is sized
+dense=(tp1 tp2 tp4 sp2 shift tp2sp2_shift)
+
+step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1; pip check'
+# Which collectives work between processes on one GPU, and whether a CUDA graph holds them.
+step probe python3 -m benchmarks.shared_gpu_probe --worlds 2,4 --json "$res/probe.json" \
+  --md "$res/probe.md"
+# The first family shows whether the mode works at all; then the capabilities never run on
+# a GPU before (MLA, Mamba-2, EP at TP x SP); then every other family.
+eq_timeout=600 eq eq_llama llama "${dense[@]}"     # a hang here says the mode does not work
+# DeepSeek-V3's reduced shape holds ~11 GiB of weights a TP=1 engine (every SP rank holds
+# its TP shard whole): its layouts in three groups, 1 GiB of KV cache a rank.
+EQ_KV_BYTES=$((1 << 30)) eq eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
+EQ_KV_BYTES=$((1 << 30)) eq eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
+EQ_KV_BYTES=$((1 << 30)) eq eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
+  tp2_ep+mtp
+eq eq_nemotron_h nemotron_h "${dense[@]}"
+eq eq_granite_h granite_h "${dense[@]}" tp2_ep shift_ep
+eq eq_qwen3_moe_a3b qwen3_moe_a3b tp1 tp2_ep tp4_ep tp2sp2_ep tp2sp2_shift_ep
+for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl \
+           gemma3_vl qwen2_5_vl; do
+  eq "eq_$fam" "$fam" "${dense[@]}"
+done
+step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
+step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
