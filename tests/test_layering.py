@@ -3,12 +3,14 @@ by a module it imports (function-level imports included), and the core,
 ``ulysses.py`` (groups, exchange, head arithmetic, token slices), imports
 no other overlay module.  So do the GPU harness (benchmarks/), the build's
 scripts (scripts/) and the test harness; benchmarks/ sets its import path
-in one place only (its ``__init__``).  Read from the source: nothing is
-imported."""
+in one place only (its ``__init__``).  The core's docstring names every
+module built on it.  Read from the source: nothing is imported."""
 
 from __future__ import annotations
 
 import ast
+import re
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +57,31 @@ def test_benchmarks_set_their_path_in_one_place():
 
 def test_core_imports_no_overlay_module():
     assert overlay_imports(OVERLAY)[CORE] == set()
+
+
+def built_on(graph: dict[str, set[str]], module: str) -> set[str]:
+    """The modules that import ``module``, directly or through others."""
+    found, grew = set(), True
+    while grew:
+        more = {m for m, imports in graph.items() if imports & (found | {module})} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def test_core_docstring_names_the_modules_built_on_it():
+    """The core's docstring is the map a reader of the overlay starts from:
+    every module built on the core (at any depth) is named in it (as
+    ``name``), and every module it names there exists."""
+    graph = overlay_imports(OVERLAY)
+    path = OVERLAY / Path(*CORE.split(".")).with_suffix(".py")
+    doc = ast.get_docstring(ast.parse(path.read_text()))
+    package = CORE.rpartition(".")[0]
+    named = {f"{package}.{n}" for n in re.findall(r"``(\w+)``", doc)
+             if n.startswith(("ulysses", "shift"))}
+    above = built_on(graph, CORE)
+    assert above and not above - named, f"not named in {CORE}'s docstring: {above - named}"
+    assert not named - set(graph), f"named, but no such module: {named - set(graph)}"
 
 
 def test_walker_sees_function_level_and_package_imports(tmp_path):

@@ -35,10 +35,13 @@ This name is unrelated to vLLM's compile pass ``pass_config.enable_sp``
 called ``sequence_parallel_*``; with Ulysses SP the compile pass is turned
 off (see ``ulysses_config.verify_config``).
 
-The other SP modules (``ulysses_gdn``, ``ulysses_multimodal``,
-``ulysses_model``, ``ulysses_config``) and ``shift`` are built on this one,
-which imports none of them, not even inside a function: what they need of
-each other goes through the module above both (docs/design.md).
+Every other module of the overlay's ``vllm.distributed`` is built on this
+one: SP's layer families (``ulysses_gdn``, ``ulysses_mamba``,
+``ulysses_mla``, ``ulysses_moe``, ``ulysses_multimodal``), the model wrapper
+(``ulysses_model``), the config checks (``ulysses_config``, through the
+family modules) and Shift (``shift``, ``shift_weights``).  This one imports
+none of them, not even inside a function: what they need of each other goes
+through the module above both (docs/design.md).
 """
 
 from __future__ import annotations
