@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harness.config import cli_rejects, engine_config, error_line
+from harness.models import make_model
 
 
 def test_cli_flags_and_help():
@@ -56,6 +57,25 @@ def test_bad_input_rejected(llama, kw, needle):
     with pytest.raises(Exception) as excinfo:
         engine_config(llama, **kw)
     assert "--shift-parallel" in error_line(excinfo, needle)
+
+
+@pytest.mark.parametrize("ep", [False, True])
+def test_data_parallel_on_a_moe_model_rejected(models_dir, llama, ep):
+    """A MoE layer's collectives span the DP replicas, with EP or without
+    (upstream splits its experts' weights over DP x TP ranks), while each
+    replica picks its mode by its own step: refused for MoE models.  A
+    dense model's replicas share no collective, and SP with DP serves MoE
+    models (test_e2e_scaleout): both build."""
+    moe = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
+    kw = dict(sequence_parallel_size=2, data_parallel_size=2, enable_expert_parallel=ep)
+    with pytest.raises(Exception) as excinfo:
+        engine_config(moe, shift_parallel=True, **kw)
+    line = error_line(excinfo, "does not support data parallelism on a MoE model")
+    assert "Qwen3MoeForCausalLM" in line and "-dp without --shift-parallel" in line, line
+    assert engine_config(moe, **kw).parallel_config.data_parallel_size == 2
+    dense = engine_config(llama, sequence_parallel_size=2, data_parallel_size=2,
+                          shift_parallel=True)
+    assert dense.parallel_config.shift_parallel
 
 
 def test_threshold_at_or_above_the_batch_budget_warns(llama, monkeypatch):

@@ -141,6 +141,14 @@ def verify_config(config: VllmConfig) -> None:
     if mc is not None and mc.runner_type not in ("generate", "draft"):
         raise ValueError(f"--shift-parallel supports generative models only, not runner "
                          f"'{mc.runner_type}'")
+    if mc is not None and mc.is_moe and config.parallel_config.data_parallel_size > 1:
+        # Each replica picks its mode by its own step size, while a MoE
+        # layer's collectives span the replicas (with or without EP): two
+        # replicas in different modes would run mismatched collectives.
+        raise ValueError(f"--shift-parallel does not support data parallelism on a MoE model "
+                         f"({mc.architecture}) yet: each replica picks SP or full TP by its own "
+                         "step, while the MoE layers gather tokens over all replicas; serve "
+                         "one -dp 1 engine a replica, or -dp without --shift-parallel")
     if config.load_config.load_format in ("sharded_state", "tensorizer"):
         raise ValueError(f"--shift-parallel cannot load '{config.load_config.load_format}' "
                          "checkpoints: they hold one TP layout's shards, the full-TP model "
