@@ -159,9 +159,10 @@ def test_bad_layouts_rejected(llama, kw, needle):
 def test_expert_parallel_with_sp(models_dir):
     """--enable-expert-parallel with -sp builds (its group, placement and
     dispatch: test_ulysses_unit, test_e2e_ep), but not with another all2all
-    backend, whose dispatch would not take tokens split over SP (the CPU
-    platform would swap it for allgather_reducescatter with a warning), nor
-    with expert load balancing.  0.26.0 stays at its features and refuses it,
+    backend, any upstream lists (they would route tokens by a rank order the
+    EP group's experts do not follow: ulysses_moe.BACKEND; the CPU platform
+    would swap them for allgather_reducescatter with a warning), nor with
+    expert load balancing.  0.26.0 stays at its features and refuses it,
     naming the release to build (marked core: the one test of this file that
     the older releases' tier runs)."""
     moe = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
@@ -179,9 +180,19 @@ def test_expert_parallel_with_sp(models_dir):
         engine_config(moe, sequence_parallel_size=2, enable_expert_parallel=True,
                       all2all_backend="deepep_low_latency")
     assert needle in error_line(excinfo, needle)
-    # EPLB: the CPU platform refuses it before SP's check, so the check alone.
+    from typing import get_args
+
+    from vllm.config.parallel import All2AllBackend
     from vllm.distributed import ulysses_config
 
+    others = sorted(set(get_args(All2AllBackend)) - {"allgather_reducescatter"})
+    assert "deepep_low_latency" in others, others
+    for backend in others:
+        pc = copy.copy(cfg.parallel_config)
+        pc.all2all_backend = backend
+        with pytest.raises(ValueError, match=f"backend only, not {backend}:"):
+            ulysses_config.validate_parallel_config(pc)
+    # EPLB: the CPU platform refuses it before SP's check, so the check alone.
     pc = copy.copy(cfg.parallel_config)
     pc.enable_eplb = True
     with pytest.raises(ValueError, match=r"does not support expert load balancing \(EPLB\)"):

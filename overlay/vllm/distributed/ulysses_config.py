@@ -82,9 +82,11 @@ def validate_parallel_config(pc: ParallelConfig) -> None:
 
 def _check_expert_parallel(pc: ParallelConfig) -> None:
     """Expert parallelism over the SP ranks (``ulysses_moe``): on the series
-    that carry it, with the one all2all backend whose dispatch takes tokens
-    split over SP, without expert load balancing (its redundant experts and
-    rebalancing would move experts between ranks Shift's two models share)."""
+    that carry it, with the one all2all backend that is correct there (the
+    others would route tokens by a rank order the EP group's experts do not
+    follow: ``ulysses_moe.BACKEND``), without expert load balancing (its
+    redundant experts and rebalancing would move experts between ranks
+    Shift's two models share)."""
     if _release() < (0, 32):
         raise ValueError(f"sequence_parallel_size > 1 with --enable-expert-parallel needs "
                          f"vLLM 0.32 or newer (this is {_version()}): build it with "

@@ -27,8 +27,17 @@ if TYPE_CHECKING:
     from vllm.config import ParallelConfig
     from vllm.model_executor.layers.fused_moe.config import FusedMoEParallelConfig
 
-# The all2all backend whose dispatch and combine take tokens split over TP
-# and SP ranks alike; the others are refused with -sp (ulysses_config).
+# The one all2all backend EP runs on under SP; the others are refused with
+# -sp (ulysses_config), and the refusal carries correctness.  The EP group
+# lists its members in full-TP order (TP=2, SP=2: [0, 2, 1, 3]): a member's
+# position is its EP rank and decides the experts it holds, while torch and
+# NCCL number the group's members by global rank.  This backend never
+# addresses a rank by its EP rank: its dispatch all-gathers every rank's
+# tokens to every rank and its combine reduce-scatters the rows back, both
+# in the communicator's one order, over counts equal within a replica (and
+# replicas are contiguous in both orders).  The others send a token to the
+# rank that holds its expert, counted in their communicator's order: here,
+# a GPU that holds other experts.
 BACKEND = "allgather_reducescatter"
 
 
