@@ -19,8 +19,6 @@ from harness.engine import run_engine
 from harness.models import make_model
 from harness.workload import BLOCK, check_expert_placement, check_prefix_cache, run
 
-EXPERTS = 4
-
 pytestmark = pytest.mark.e2e
 
 
