@@ -226,6 +226,13 @@ def replay(state: dict) -> bool:
             state["stopped"] = [name, files]
             save(state)
             log(f"{name}: conflict in {', '.join(files)}")
+            deleted = deleted_upstream(tree, files)
+            if deleted:
+                print(f"""
+Deleted in vLLM {state['new']} (git status DU), the patch's hunks there have no file to go to:
+  {', '.join(deleted)}
+  find where upstream moved what they hooked; `git rm` the file and say in a new header
+  (--message-file) where the capability is hooked now, or that it is not yet""")
             print(f"""
 Resolve it in {tree}:
   git diff                      # the conflict markers; upstream's side is HEAD
@@ -262,6 +269,12 @@ def commit(tree: Path, sha: str, message: Path | None = None) -> None:
     b.git(tree, "commit", "-q", "--allow-empty", "-m", text)
 
 
+def deleted_upstream(tree: Path, files: list[str]) -> list[str]:
+    """The conflicted files that the new release deleted (git status DU)."""
+    status = b.git(tree, "status", "--porcelain", "--", *files, merge=False).stdout
+    return [line[3:] for line in status.splitlines() if line.startswith("DU ")]
+
+
 def resume(state: dict, message: Path | None) -> None:
     tree = Path(state["tree"])
     name, files = state.pop("stopped")
@@ -272,10 +285,17 @@ def resume(state: dict, message: Path | None) -> None:
         raise b.BuildError(f"{name}: conflict markers left in {', '.join(left)}")
     b.git(tree, "add", "-A", "-f")
     if b.git(tree, "diff", "--cached", "--quiet", check=False).returncode == 0:
-        # Resolved to upstream's side: the new release does it its own way (the patch's
-        # Drop-When met by another upstream change), so the patch goes, as an empty one does.
-        state["done"].append([name, "empty", files])
-        log(f"{name}: empty (resolved to upstream's side of {', '.join(files)})")
+        if all(not (tree / f).exists() for f in files):
+            # Every file it changed is gone upstream: nothing of it is left to apply,
+            # and nothing says upstream does what it did.
+            state["done"].append([name, "gone", files])
+            log(f"{name}: gone (upstream deleted {', '.join(files)}; hook it anew)")
+        else:
+            # Resolved to upstream's side: the new release does it its own way (the
+            # patch's Drop-When met by another upstream change), so the patch goes, as an
+            # empty one does.
+            state["done"].append([name, "empty", files])
+            log(f"{name}: empty (resolved to upstream's side of {', '.join(files)})")
     else:
         commit(tree, state["todo"][0][0], message)
         state["done"].append([name, "resolved", files])
@@ -295,6 +315,10 @@ def finish(state: dict) -> int:
                   "lines may conflict only because of it."]
     if any(r == "empty" for _, r, _ in state["done"]):
         lines += ["", "empty: the new release already has the change; the patch is dropped."]
+    if any(r == "gone" for _, r, _ in state["done"]):
+        lines += ["", "gone: upstream deleted every file the patch changed; it is dropped, "
+                  "and what it did is hooked nowhere until a patch does it where upstream "
+                  "moved that code."]
     if not state["report"]:
         out = PATCHES / f"v{new}"
         sources = [PATCHES / f"v{cur}"]
@@ -305,7 +329,7 @@ def finish(state: dict) -> int:
         sums = {**state["lock"], **state["record"]}
         wanted = [f"vllm-{new}.tar.gz"] + list(state["wheels"].values())
         (out / "SHA256SUMS").write_text("".join(f"{sums[f]}  {f}\n" for f in wanted))
-        kept = sum(r != "empty" for _, r, _ in state["done"])
+        kept = sum(r not in ("empty", "gone") for _, r, _ in state["done"])
         lines += ["", f"Written: patches/v{new}/ ({kept} patches; "
                   f"SHA256SUMS of {', '.join(wanted)})"]
     touched = b.git(tree, "diff", "--name-only", f"pristine-{new}", "--", "vllm",
@@ -350,6 +374,11 @@ def routine(state: dict) -> int:
     print("== rebase: what is left ==")
     hand = [n for n, r, _ in state["done"] if r == "resolved"]
     gone = [n for n, r, _ in state["done"] if r == "empty"]
+    unhooked = [n for n, r, _ in state["done"] if r == "gone"]
+    if unhooked:
+        left.append("hooked nowhere now (upstream deleted their files): "
+                    + ", ".join(b.slug_of(n) for n in unhooked)
+                    + ": port each capability to where upstream moved that code")
     if hand:
         left.append("write the resolutions of " + ", ".join(b.slug_of(n) for n in hand)
                     + " in docs/rebasing.md")

@@ -160,6 +160,26 @@ def test_conflict_resolved_to_upstreams_side_drops_the_patch(toy):
 
 
 @pytest.mark.once
+def test_file_deleted_upstream_is_named_and_its_patch_gone(toy):
+    """Upstream deletes the file a patch hooks (vLLM 0.34.0 deleted the V1
+    runner): the stop says so, and a patch left with nothing to apply is
+    reported `gone`, with what is left to do, not `empty` (which says upstream
+    has the change)."""
+    sdist(toy / "cache", "0.3.0", {k: v for k, v in NEW.items() if k != "vllm/runner.py"})
+    r = rebase(toy, "0.3.0")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Deleted in vLLM 0.3.0 (git status DU)" in r.stdout
+    assert "vllm/runner.py" in r.stdout.split("Deleted in vLLM 0.3.0")[1].splitlines()[1]
+    subprocess.run(["git", "rm", "-q", "vllm/runner.py"], cwd=toy / "work" / "tree", check=True)
+    r = rebase(toy, "--continue")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "| runner-step.patch | gone | vllm/runner.py |" in r.stdout
+    assert "gone: upstream deleted every file the patch changed" in r.stdout
+    assert not (toy / "patches" / "v0.3.0" / "runner-step.patch").exists()
+    assert "fix-x.patch: empty" in r.stdout         # upstream's own change: still `empty`
+
+
+@pytest.mark.once
 def test_existing_port_keeps_its_patches_and_ports_a_new_one(toy):
     """A patch added to the older series after the port (the usual case:
     a feature lands on the CPU-tested release first) is ported alone: the
