@@ -377,13 +377,39 @@ def copy_raw(src: zipfile.ZipFile, dst: zipfile.ZipFile, info: zipfile.ZipInfo) 
     dst._didModify = True
 
 
-def new_metadata(text: str, version: str, device: str) -> str:
+def read_overrides(version_dir: Path) -> dict[str, str]:
+    """``requirement-overrides.txt`` of a release: ``REQUIREMENT  # why`` a line,
+    for a pin of the official wheel that the package index cannot satisfy (vLLM
+    0.34.0 pins flashinfer-python 0.7.3, which the index does not carry).  Our
+    wheel requires the override instead; build.sh says so on every build."""
+    path = version_dir / "requirement-overrides.txt"
+    out = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        req, _, why = line.partition("#")
+        if req.strip():
+            if not why.strip():
+                raise BuildError(f"{path}: {req.strip()}: an override says why (# ...)")
+            out[_req_name(req)] = req.strip()
+    return out
+
+
+def _req_name(req: str) -> str:
+    return re.split(r"[\s=<>!~;\[]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def new_metadata(text: str, version: str, device: str,
+                 overrides: dict[str, str] | None = None) -> str:
     out = []
     for line in text.split("\n"):
         if line.startswith("Name: "):
             line = "Name: vllm"
         elif line.startswith("Version: "):
             line = f"Version: {version}"
+        elif overrides and line.startswith("Requires-Dist: ") and \
+                _req_name(line[len("Requires-Dist: "):]) in overrides:
+            req = line[len("Requires-Dist: "):]
+            marker = req.partition(";")[2].strip()
+            line = f"Requires-Dist: {overrides[_req_name(req)]}" + (f"; {marker}" if marker else "")
         elif device == "cpu" and line.startswith("Requires-Dist: "):
             req = line[len("Requires-Dist: "):]
             pkg = re.split(r"[\s=<>!~;\[]", req, maxsplit=1)[0].lower()
@@ -407,7 +433,8 @@ def version_py(version: str) -> str:
     )
 
 
-def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path) -> Path:
+def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path,
+               overrides: dict[str, str] | None = None) -> Path:
     local = f"{LOCAL_TAG}.cpu" if device == "cpu" else LOCAL_TAG
     full = f"{version}+{local}"
     abi_tags = base.name.split("-", 2)[2].removesuffix(".whl")  # cp38-abi3-manylinux_2_28_x86_64
@@ -451,7 +478,8 @@ def make_wheel(base: Path, tree: Path, version: str, device: str, dist: Path) ->
             add(name, path.read_bytes(), 0o755 if os.access(path, os.X_OK) else 0o644)
         add("vllm/_version.py", version_py(full).encode())
 
-        meta = new_metadata(src.read(f"{old_info}/METADATA").decode(), full, device)
+        meta = new_metadata(src.read(f"{old_info}/METADATA").decode(), full, device,
+                            overrides)
         add(f"{new_info}/METADATA", meta.encode())
         wheel_txt = re.sub(r"(?m)^Tag: .*$", f"Tag: {abi_tags}",
                            src.read(f"{old_info}/WHEEL").decode())
@@ -605,7 +633,12 @@ def main(argv: list[str]) -> int:
             f.write(f"{record[base_name]}  {base_name}\n")
         log(f"{base_name} was not in {version_dir.name}/SHA256SUMS: recorded its sha256 "
             f"{record[base_name][:16]}... (trust on first download; commit the lock)")
-    wheel = make_wheel(base, tree, args.version, args.device, args.dist_dir.resolve())
+    overrides = read_overrides(version_dir)
+    for req in overrides.values():
+        log(f"requires {req} where the official wheel pins another version "
+            f"({version_dir.name}/requirement-overrides.txt says why)")
+    wheel = make_wheel(base, tree, args.version, args.device, args.dist_dir.resolve(),
+                       overrides)
     if args.install:
         install(wheel, args.install.absolute(),
                 cache / "wheelhouse" if args.device == "cuda" else None)
