@@ -12,6 +12,7 @@ needs none of them.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from typing import TYPE_CHECKING, Any
@@ -189,6 +190,12 @@ def verify_speculative(config: VllmConfig) -> None:
                          f"(method 'mtp'), not '{spec.method}' yet: use 'mtp', or -sp 1")
     if spec.method in ("ngram", "suffix"):   # no model: drafts verified in target steps
         return
+    if importlib.util.find_spec("vllm.v1.spec_decode.llm_base_proposer") is None:
+        # vLLM >= 0.34 drafts on the V2 runner's speculators only; their steps
+        # are not laid out over SP (nor in full TP under Shift) yet.
+        raise ValueError(f"sequence_parallel_size > 1 with a drafter model ('{spec.method}') "
+                         "needs vLLM <= 0.33.0 for now; on this release use n-gram or suffix "
+                         "lookup, or -sp 1")
     if getattr(spec, "parallel_drafting", False):
         raise ValueError("sequence_parallel_size > 1 does not support parallel drafting "
                          "(P-EAGLE) yet: drop parallel_drafting or use -sp 1")
