@@ -72,6 +72,11 @@ if [[ $tier == no-kernels ]]; then
   # its torch runs on CPU), vLLM's CPU platform chosen by its own env var.
   venv=${TEST_VENV:-.venv-cuda-$version}
   export VLLM_TARGET_DEVICE=cpu SP_VLLM_FLAVOR=cuda
+  # No CUDA device is visible, and the variable says so: from 0.34 the CPU
+  # platform refuses x86 without a Triton backend (triton-cpu), and vLLM takes
+  # an empty CUDA_VISIBLE_DEVICES for a worker whose GPUs come later, keeping
+  # Triton (vllm/triton_utils/importing.py).  No kernel runs in this tier.
+  export CUDA_VISIBLE_DEVICES=
   if [[ $only != tests ]]; then
     stage "build: CUDA wheel $version, venv (no-kernels tier)" \
       ./build.sh --device cuda --version "$version" --install "$venv"
