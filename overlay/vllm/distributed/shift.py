@@ -366,8 +366,10 @@ def place_drafter(drafter: Any, config: VllmConfig) -> Any:
     the KV cache find them as upstream does); ``bind_kv_cache`` leaves
     them to upstream.  Returns the same object, so the runner's type checks
     hold.  Without Shift, or for n-gram and suffix lookup, a no-op."""
-    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-
+    try:    # the V1 runner's proposers, up to vLLM 0.33
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+    except ImportError:     # 0.34 drafts on V2 only; SP refuses a drafter model there
+        return drafter      # (ulysses_config.verify_speculative), so none reaches here
     if not enabled(config) or not isinstance(drafter, SpecDecodeBaseProposer):
         return drafter
     load_model = drafter.load_model

@@ -236,10 +236,14 @@ class LocalConv:
         with torch.no_grad():
             if unpacked is not None:
                 # AMX: the source is VNNI-packed in place; pack our rows alike.
-                import vllm._custom_ops as ops
+                try:    # vLLM 0.32 and 0.33's CPU path; 0.34 packs no conv weight
+                    from vllm._custom_ops import causal_conv1d_weight_pack
+                except ImportError as e:
+                    raise RuntimeError("a VNNI-packed conv weight, but this vLLM has no "
+                                       "causal_conv1d_weight_pack to pack SP's rows") from e
 
                 plain = unpacked.index_select(0, rows)
-                weight = ops.causal_conv1d_weight_pack(plain)
+                weight = causal_conv1d_weight_pack(plain)
                 self._unpacked = _into(self._unpacked, plain)
             else:
                 weight = w.view(w.shape[0], w.shape[-1]).index_select(0, rows).unsqueeze(1)
