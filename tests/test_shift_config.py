@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.config import cli_rejects, engine_config, error_line
+from harness.config import cli_rejects, config_hash, engine_config, error_line
 from harness.models import make_model
+from harness.repo import VERSION
 
 
 def test_cli_flags_and_help():
@@ -36,7 +37,7 @@ def test_llm_kwargs_and_hash(llama):
     other = engine_config(llama, sequence_parallel_size=2, shift_parallel=True,
                           shift_parallel_threshold=64)
     assert shift.parallel_config.shift_parallel and shift.parallel_config.world_size == 2
-    hashes = {c.parallel_config.compute_hash() for c in (sp, shift, other)}
+    hashes = {config_hash(c.parallel_config) for c in (sp, shift, other)}
     assert len(hashes) == 3
 
 
@@ -173,8 +174,8 @@ def test_full_tp_model_fuses_like_plain_tp(llama, hopper_fusion):
     assert full.compilation_config.compile_ranges_endpoints == [256, 2048]
     assert cfg.compilation_config.compile_ranges_endpoints == [2048]   # the SP model's
     assert full.compilation_config is not cfg.compilation_config    # its own layer table
-    assert (full.parallel_config.compute_hash()
-            != cfg.parallel_config.compute_hash())                 # its own compile cache
+    assert (config_hash(full.parallel_config)
+            != config_hash(cfg.parallel_config))                 # its own compile cache
 
 
 def test_shift_fuses_allreduce_by_default_without_tp(llama, monkeypatch):
@@ -199,6 +200,9 @@ def test_shift_fuses_allreduce_by_default_without_tp(llama, monkeypatch):
     assert [enable_allreduce_rms_fusion(c) for c in (shift, sp, tp1)] == [True, False, False]
 
 
+@pytest.mark.skipif(tuple(int(x) for x in VERSION.split(".")) >= (0, 34),
+                    reason="the V1 proposer place_drafter wraps is gone from vLLM 0.34; SP "
+                           "with a drafter model is refused there (test_spec_config)")
 def test_drafter_under_shift_builds_with_its_own_config(llama, monkeypatch, hopper_fusion):
     """Under Shift a drafter runs in the full-TP layout (its all-reduces
     span TP*SP ranks, through the full-TP group's FlashInfer workspace): the

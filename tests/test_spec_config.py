@@ -14,6 +14,13 @@ import pytest
 from harness.config import cli_rejects, engine_config, error_line
 from harness.drafters import make_eagle3, make_mimo, make_qwen3_next_mtp
 from harness.models import make_qwen3_next
+from harness.repo import VERSION
+
+# vLLM 0.34 deleted the V1 runner, whose proposers SP lays the drafters out for; the V2
+# speculators are not laid out under SP yet (docs/proposals/speculative-decoding-v2.md):
+# there a drafter model under SP is refused in one line, and n-gram lookup runs on V2.
+V1 = tuple(int(x) for x in VERSION.split(".")) < (0, 34)
+NOT_ON_V2 = "needs vLLM <= 0.33.0 for now"
 
 
 def ngram(k: int) -> dict:
@@ -31,17 +38,23 @@ def test_methods_accepted(llama, models_dir, method, shift):
                     num_speculative_tokens=2)
     elif method == "mtp":
         target, spec = make_mimo(models_dir), dict(method=method, num_speculative_tokens=1)
-    cfg = engine_config(target, tensor_parallel_size=2, sequence_parallel_size=2,
-                        shift_parallel=shift, speculative_config=spec)
+    kw = dict(tensor_parallel_size=2, sequence_parallel_size=2, shift_parallel=shift,
+              speculative_config=spec)
+    if not V1 and method != "ngram":
+        with pytest.raises(Exception) as excinfo:
+            engine_config(target, **kw)
+        assert f"('{method}')" in error_line(excinfo, NOT_ON_V2)
+        return
+    cfg = engine_config(target, **kw)
     assert cfg.speculative_config.method == method
     if method != "ngram":
         # The drafter runs over the target's GPUs, in its rank layout.
         draft = cfg.speculative_config.draft_parallel_config
         assert (draft.sequence_parallel_size, draft.shift_parallel) == (2, shift)
         assert draft.world_size == cfg.parallel_config.world_size
-    # SP lays out the V1 runner's drafters: V2 is not chosen.
-    assert "speculative decoding with sequence_parallel_size > 1" in \
-        cfg._get_v2_model_runner_unsupported_features()
+    if V1:   # SP lays out the V1 runner's drafters: V2 is not chosen.
+        assert "speculative decoding with sequence_parallel_size > 1" in \
+            cfg._get_v2_model_runner_unsupported_features()
 
 
 @pytest.mark.parametrize("kw,needle", [
@@ -60,6 +73,8 @@ def test_refused_in_one_line(llama, kw, needle):
     spec = kw.get("speculative_config", {})
     if spec.get("model") == "{llama}":
         spec["model"] = str(llama)
+        if not V1:      # the drafter model is refused first there
+            needle = NOT_ON_V2
     with pytest.raises(Exception) as excinfo:
         engine_config(llama, sequence_parallel_size=2, **kw)
     line = error_line(excinfo, needle)
@@ -71,9 +86,14 @@ def test_hybrid_target_speculates_with_its_mtp(models_dir, shift):
     """Qwen3-Next's MTP layer (attention and MoE, no GDN) runs in the
     target's layout like any drafter."""
     target = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
-    cfg = engine_config(target, sequence_parallel_size=2, shift_parallel=shift,
-                        speculative_config=dict(method="qwen3_next_mtp",
-                                                num_speculative_tokens=1))
+    kw = dict(sequence_parallel_size=2, shift_parallel=shift,
+              speculative_config=dict(method="qwen3_next_mtp", num_speculative_tokens=1))
+    if not V1:
+        with pytest.raises(Exception) as excinfo:
+            engine_config(target, **kw)
+        error_line(excinfo, NOT_ON_V2)
+        return
+    cfg = engine_config(target, **kw)
     assert cfg.speculative_config.method == "mtp"
     draft = cfg.speculative_config.draft_parallel_config
     assert (draft.sequence_parallel_size, draft.shift_parallel) == (2, shift)
@@ -106,7 +126,9 @@ def graph_sizes(cfg, k: int) -> list[int]:
     cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = None, None
     cfg._set_cudagraph_sizes()
     sizes = list(cc.cudagraph_capture_sizes)
-    adjust = cc.adjust_cudagraph_sizes_for_spec_decode
+    adjust = getattr(cc, "adjust_cudagraph_sizes_for_spec_decode", None)
+    if adjust is None:       # 0.34: no rounding in the config (the V2 runner's own)
+        return sizes
     if len(inspect.signature(adjust).parameters) == 2:    # up to 0.32: also TP's size
         adjust(k + 1, cfg.parallel_config.tensor_parallel_size)
     else:

@@ -12,6 +12,7 @@ from harness.config import (
     OUR_FIELDS,
     cli_rejects,
     config_facts,
+    config_hash,
     engine_config,
     error_line,
     upstream_config_facts,
@@ -46,7 +47,7 @@ def test_world_size_and_hash(llama):
     base = engine_config(llama, tensor_parallel_size=2)
     sp = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2)
     assert base.parallel_config.world_size == 2 and sp.parallel_config.world_size == 4
-    assert base.parallel_config.compute_hash() != sp.parallel_config.compute_hash()
+    assert config_hash(base.parallel_config) != config_hash(sp.parallel_config)
     assert sp.model_config.get_num_attention_heads(sp.parallel_config) == 2   # 8 / (2*2)
     assert sp.model_config.get_num_kv_heads(sp.parallel_config) == 1          # replicated
 

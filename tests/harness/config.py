@@ -28,20 +28,37 @@ def engine_config(model, **kw):
                       **kw).create_engine_config()
 
 
+def config_hash(section) -> str:
+    """A config section's hash as its release computes it: ``compute_hash()``
+    up to vLLM 0.33, the digest of ``compile_factors()`` from 0.34."""
+    if hasattr(section, "compute_hash"):
+        return section.compute_hash()
+    from vllm.config.utils import hash_factors
+
+    return hash_factors(section.compile_factors())
+
+
+def hash_factors(section, ignored: set[str]) -> dict:
+    """A config section's hash factors (``get_hash_factors`` up to vLLM 0.33,
+    ``get_compile_factors`` from 0.34)."""
+    from vllm.config import utils
+
+    get = getattr(utils, "get_hash_factors", None) or utils.get_compile_factors
+    return get(section, ignored)
+
+
 def config_facts(cfg) -> dict:
     """What of an engine config upstream vLLM would build alike: the
     ParallelConfig's hash factors (every field, world size included), the
     per-GPU attention and KV heads and the compilation config's hash.  Our
     own fields are set apart under ``"ours"`` (upstream has none)."""
-    from vllm.config.utils import get_hash_factors
-
     pc = cfg.parallel_config
-    factors = get_hash_factors(pc, set())
+    factors = hash_factors(pc, set())
     ours = {k: factors.pop(k) for k in OUR_FIELDS if k in factors}
     facts = {"parallel": factors, "ours": ours,
              "heads": [cfg.model_config.get_num_attention_heads(pc),
                        cfg.model_config.get_num_kv_heads(pc)],
-             "compilation": cfg.compilation_config.compute_hash()}
+             "compilation": config_hash(cfg.compilation_config)}
     return json.loads(json.dumps(facts))     # as upstream_config_facts reads them back
 
 
