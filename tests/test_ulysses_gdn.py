@@ -66,12 +66,16 @@ def gdn_plan_on_each_rank(rank, world, tp, sp, cfg):
     assert view.conv1d.bias is None and full.conv1d.bias is None
     assert torch.equal(view.A_log, full.A_log) and torch.equal(view.dt_bias, full.dt_bias)
     assert view.get_state_shape() == full.get_state_shape(), "state shape"
-    # A later load (through the loader, which bumps no version) is seen.
+    # A later load (through the loader, which bumps no version) is seen, also by
+    # a reader that kept the tensor: a CUDA graph that captured its address replays
+    # without asking again.
+    held = view.conv1d.weight
     conv_w = conv_w * 2 + 1
     load(mixer)
     with ulysses.as_full_tp():
         load(full)
-    assert torch.equal(view.conv1d.weight, full.conv1d.weight), "conv rows after a reload"
+    assert torch.equal(held, full.conv1d.weight), "conv rows a graph holds, after a reload"
+    assert view.conv1d.weight is held, "rebuilt into the same tensor"
 
     # The exchange, with a stand-in core: per v-head, causal over the step,
     # reading q, k (of the v-head's k-head), v, b, a and the layer's A_log.

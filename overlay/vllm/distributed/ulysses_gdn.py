@@ -203,11 +203,13 @@ class LocalConv:
     alike).
 
     A copy (the rows are not one slice), made when first read and again
-    whenever the source changes: a load through the weight's loader (which
-    writes ``param.data`` and so bumps no version counter), a new tensor
-    (the CPU platform packs the weight after loading), or an in-place write.
-    Rebuilt into the same tensor when its shape allows, so a CUDA graph that
-    captured its address reads the new rows."""
+    whenever the source changes: a load through the weight's or the bias's
+    loader (which writes ``param.data`` and so bumps no version counter), a
+    new tensor (the CPU platform packs the weight after loading), or an
+    in-place write.  Rebuilt into the same tensor when its shape allows, so a
+    CUDA graph that captured its address reads the new rows; a load after the
+    copy exists rebuilds it at once, since a graph's replay reads the tensor
+    without asking again (an in-place weight reload under SP)."""
 
     def __init__(self, mixer: torch.nn.Module, rows: torch.Tensor) -> None:
         self._mixer = weakref.proxy(mixer)
@@ -217,13 +219,19 @@ class LocalConv:
         self._unpacked: torch.Tensor | None = None
         self._bias: torch.Tensor | None = None
         self._rows = rows
-        weight = mixer.conv1d.weight
-        loader = getattr(weight, "weight_loader", None)
-        if loader is not None:
-            def load_and_mark(param, loaded, *args, **kwargs):
-                self._loads += 1
-                return loader(param, loaded, *args, **kwargs)
-            weight.weight_loader = load_and_mark
+        for param in (mixer.conv1d.weight, mixer.conv1d.bias):
+            loader = getattr(param, "weight_loader", None)
+            if loader is not None:
+                param.weight_loader = self._marking(loader)
+
+    def _marking(self, loader):
+        def load_and_mark(param, loaded, *args, **kwargs):
+            out = loader(param, loaded, *args, **kwargs)
+            self._loads += 1
+            if self._weight is not None:       # read before: maybe held by a graph
+                self._refresh()
+            return out
+        return load_and_mark
 
     def _refresh(self) -> None:
         src = self._mixer.conv1d
