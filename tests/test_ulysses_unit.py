@@ -152,6 +152,11 @@ def exchange_on_each_rank(rank, world, tp, sp, cfg):
         assert len(kv_heads) == lkv, (kv_heads, lkv)
         cols = torch.cat([torch.arange(h * D, (h + 1) * D) for h in kv_heads])
         assert torch.equal(k, k_all[:, cols]) and torch.equal(v, v_all[:, cols]), (H, KV, "kv")
+        # the same exchange as one buffer (a core reading q | k | v packed): those
+        # columns side by side, written by the collective, not copied after it
+        packed = ulysses.heads_from_tokens_packed(
+            [q_all[rows], k_all[rows], v_all[rows]], [1, rep, rep], group)
+        assert packed.is_contiguous() and torch.equal(packed, torch.cat([q, k, v], dim=-1))
         # and back: heads -> tokens is the inverse on any function of the heads
         back = ulysses.tokens_from_heads(q * 3 + 1, group)
         assert torch.equal(back, q_all[rows] * 3 + 1), (H, KV, "back")

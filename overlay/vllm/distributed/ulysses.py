@@ -357,14 +357,28 @@ def split_for_ranks(x: torch.Tensor, sp: int, repeat: int = 1) -> torch.Tensor:
 def heads_from_tokens(tensors: list[torch.Tensor], repeats: list[int],
                       group: GroupCoordinator) -> list[torch.Tensor]:
     """Token-sharded [n, h_i*D] tensors -> head-sharded [SP*n, h_i*D/SP]
-    over all tokens of the step, in one collective."""
+    over all tokens of the step, in one collective: column views of one
+    buffer (``heads_from_tokens_packed``)."""
+    flat, widths = _exchange_heads(tensors, repeats, group)
+    return list(torch.split(flat, widths, dim=-1))
+
+
+def heads_from_tokens_packed(tensors: list[torch.Tensor], repeats: list[int],
+                             group: GroupCoordinator) -> torch.Tensor:
+    """``heads_from_tokens`` as the contiguous buffer [SP*n, sum of h_i*D/SP] the
+    collective writes, the tensors' columns side by side in their order: for a
+    core that reads them packed, with no copy to put them back together."""
+    return _exchange_heads(tensors, repeats, group)[0]
+
+
+def _exchange_heads(tensors: list[torch.Tensor], repeats: list[int],
+                    group: GroupCoordinator) -> tuple[torch.Tensor, list[int]]:
     sp = group.world_size
     parts = [split_for_ranks(t, sp, r) for t, r in zip(tensors, repeats)]
     widths = [p.shape[-1] for p in parts]
     packed = torch.cat(parts, dim=-1).transpose(0, 1).contiguous()  # [SP, n, sum]
     received = all_to_all(packed, group)                              # [SP, n, sum]
-    flat = received.reshape(-1, received.shape[-1])                  # [SP*n, sum]
-    return list(torch.split(flat, widths, dim=-1))
+    return received.reshape(-1, received.shape[-1]), widths          # [SP*n, sum]
 
 
 def tokens_from_heads(x: torch.Tensor, group: GroupCoordinator) -> torch.Tensor:

@@ -124,9 +124,9 @@ class Mamba2Plan:
         _, x, b, c, dt = projected_states.split(
             [self.x_width, self.x_width, self.bc_width, self.bc_width, self.dt_width], dim=-1)
         r = self.repeat
-        # One buffer [SP*n, x | B | C | dt]: the view's core reads it from offset 0.
-        exchanged = ulysses.heads_from_tokens([x, b, c, dt], [1, r, r, 1], self.group)
-        core_in = torch.cat(exchanged, dim=-1)
+        # One buffer [SP*n, x | B | C | dt], as the exchange writes it: the view's
+        # core reads it from offset 0.
+        core_in = ulysses.heads_from_tokens_packed([x, b, c, dt], [1, r, r, 1], self.group)
         # zeros, as the GDN plan: the core writes only the step's actual tokens.
         out = torch.zeros((self.sp * n, self.local_heads * self.head_dim),
                           dtype=projected_states.dtype, device=projected_states.device)
