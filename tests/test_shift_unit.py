@@ -195,3 +195,35 @@ def test_block_order():
     from vllm.distributed.shift_weights import block_order
     order = block_order([4, 2, 2], 2)
     assert order == [0, 1, 4, 6, 2, 3, 5, 7]
+
+
+def test_experts_shared_only_when_both_kernels_lay_them_out_alike():
+    """Routed experts under EP: the full-TP layer takes the SP layer's tensors
+    only where both MoE methods chose the same kernel (its class, backend and
+    experts kernel decide how loading lays the tensors out), and the values
+    check compares bit for bit, float8 included."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.distributed import shift_weights
+
+    class Method:       # a MoE quant method as far as the layout goes
+        def __init__(self, backend):
+            self.fp8_backend, self.experts_cls = backend, SimpleNamespace
+
+    def moe(backend, w):
+        m = torch.nn.Module()
+        m.w13_weight = torch.nn.Parameter(w.clone(), requires_grad=False)
+        m.expert_map_manager = SimpleNamespace(expert_map=torch.tensor([0, 1, -1, -1]))
+        m.quant_method = Method(backend)
+        return m
+
+    w = torch.randn(2, 8, 4).to(torch.float8_e4m3fn)
+    src = moe("triton", w)
+    same, other, flipped = moe("triton", w), moe("flashinfer_cutlass", w), moe("triton", w)
+    views = shift_weights._expert_views(src, same)
+    assert set(views) == {"w13_weight"} and shift_weights._same_values(src, same, views)
+    assert shift_weights._expert_views(src, other) == {}
+    flipped.w13_weight.data.view(torch.uint8)[0, 0, 0] ^= 1
+    assert not shift_weights._same_values(src, flipped,
+                                          shift_weights._expert_views(src, flipped))

@@ -251,6 +251,8 @@ def _expert_views(src: Any, layer: Any) -> dict[str, torch.Tensor]:
     mine, theirs = layer.expert_map_manager.expert_map, src.expert_map_manager.expert_map
     if mine is None or theirs is None or not torch.equal(mine.cpu(), theirs.cpu()):
         return {}
+    if _moe_kernel(layer) != _moe_kernel(src):   # each laid out for its own kernel
+        return {}
     views = {}
     for pname, p in layer.named_parameters(recurse=False):
         q = getattr(src, pname, None)
@@ -259,6 +261,28 @@ def _expert_views(src: Any, layer: Any) -> dict[str, torch.Tensor]:
             return {}
         views[pname] = q.data
     return views
+
+
+def _moe_kernel(layer: Any) -> tuple:
+    """What decides how a MoE layer's tensors are laid out after loading (a
+    kernel may prepack, shuffle or swizzle them): its quant method's class, the
+    backend it selected (``unquantized_backend``, ``fp8_backend``, ...) and the
+    experts kernel class.  Two models that chose differently each read their
+    own layout, so they share nothing."""
+    method = getattr(layer, "quant_method", None)
+    backends = sorted((k, str(v)) for k, v in vars(method).items() if k.endswith("_backend")) \
+        if method is not None and hasattr(method, "__dict__") else []
+    kernel = getattr(method, "experts_cls", None)
+    return type(method).__qualname__, getattr(kernel, "__qualname__", str(kernel)), backends
+
+
+def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit, whatever the dtype: float8 included, which
+    ``torch.equal`` does not take on every torch release."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.view(as_int), b.view(as_int))
 
 
 def _plain_views(src: Any, layer: Any, sp: int, rank: int) -> dict[str, torch.Tensor]:
@@ -327,7 +351,7 @@ def _same_values(src: Any, layer: Any, views: dict[str, torch.Tensor]) -> bool:
     FP8 weights with per-tensor scales, equal after dequantizing within FP8's
     rounding (each model quantized its own shard with its own scale)."""
     if "weight" not in views:   # routed experts: the same experts, processed alike
-        return all(torch.equal(getattr(layer, n).data, v) for n, v in views.items())
+        return all(_bytes_equal(getattr(layer, n).data, v) for n, v in views.items())
     w, v = layer.weight.data, views["weight"]
     if w.is_floating_point() and w.element_size() > 1:
         return torch.equal(w, v)
