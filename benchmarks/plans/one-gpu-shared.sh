@@ -1,10 +1,11 @@
 # Every family, layout and capability with all of a layout's ranks on one GPU (issue 83)?
 # Kind: nvidia-h200 / nvidia-h100-x1 (one GPU; more GPUs are not used).
-# Results: benchmarks/results/<date>-1gpu-shared-ranks-0.33.0-<card> (resume from its folder).
+# Results: benchmarks/results/<date>-1gpu-shared-ranks-<release>-<card> (resume from its folder).
 # The ranks share the card and talk over NCCL's socket transport on loopback
 # (harness.shared_gpu): kernels and the runner are checked, NVLink and
-# speed are not; no timing here is a speed figure.
-release 0.33.0 || return 0
+# speed are not; no timing here is a speed figure.  Any release: PLAN_RELEASE (0.33.0 by
+# default; stage.py --vllm-version the same).
+release "${PLAN_RELEASE:-0.33.0}" || return 0
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
 eq_args=--shared-gpu
