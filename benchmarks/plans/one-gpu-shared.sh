@@ -9,6 +9,12 @@ release "${PLAN_RELEASE:-0.33.0}" || return 0
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
 eq_args=--shared-gpu
+# PLAN_FAMILIES="llama qwen3": only those families' steps (a short lease, or a release
+# without the MLA, EP and Mamba-2 families: 0.26.0).
+shared() {
+  [[ -z ${PLAN_FAMILIES:-} || " $PLAN_FAMILIES " == *" $2 "* ]] || return 0
+  eq "$@"
+}
 eq_timeout=1500
 export EQ_GPU_UTIL=0.02          # each rank's start-up check only: the KV cache is sized
 dense=(tp1 tp2 tp4 sp2 shift tp2sp2_shift)
@@ -19,19 +25,19 @@ step probe python3 -m benchmarks.shared_gpu_probe --worlds 2,4 --json "$res/prob
   --md "$res/probe.md"
 # The first family shows whether the mode works at all; then the capabilities never run on
 # a GPU before (MLA, Mamba-2, EP at TP x SP); then every other family.
-eq_timeout=600 eq eq_llama llama "${dense[@]}"     # a hang here says the mode does not work
+eq_timeout=600 shared eq_llama llama "${dense[@]}"     # a hang here says the mode does not work
 # DeepSeek-V3's reduced shape holds ~11 GiB of weights a TP=1 engine (every SP rank holds
 # its TP shard whole): its layouts in three groups, 1 GiB of KV cache a rank.
-EQ_KV_BYTES=$((1 << 30)) eq eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
-EQ_KV_BYTES=$((1 << 30)) eq eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
-EQ_KV_BYTES=$((1 << 30)) eq eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
+EQ_KV_BYTES=$((1 << 30)) shared eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
+EQ_KV_BYTES=$((1 << 30)) shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
+EQ_KV_BYTES=$((1 << 30)) shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
   tp2_ep+mtp
-eq eq_nemotron_h nemotron_h "${dense[@]}"
-eq eq_granite_h granite_h "${dense[@]}" tp2_ep shift_ep
-eq eq_qwen3_moe_a3b qwen3_moe_a3b tp1 tp2_ep tp4_ep tp2sp2_ep tp2sp2_shift_ep
+shared eq_nemotron_h nemotron_h "${dense[@]}"
+shared eq_granite_h granite_h "${dense[@]}" tp2_ep shift_ep
+shared eq_qwen3_moe_a3b qwen3_moe_a3b tp1 tp2_ep tp4_ep tp2sp2_ep tp2sp2_shift_ep
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl \
            gemma3_vl qwen2_5_vl; do
-  eq "eq_$fam" "$fam" "${dense[@]}"
+  shared "eq_$fam" "$fam" "${dense[@]}"
 done
 step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'

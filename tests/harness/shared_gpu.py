@@ -13,9 +13,9 @@ CUDA lets several processes share a card; three things keep vLLM's ranks off one
   where it refuses duplicates: here every rank maps to the first visible GPU.
 * vLLM refuses a world larger than the GPU count when it picks the executor itself
   (``config/parallel.py``): ``engine_kwargs`` names the multiprocessing executor.
-Also off (``engine_kwargs``, ``env``): the custom all-reduce and the symmetric-memory
-all-reduce (CUDA IPC between distinct GPUs) and FlashInfer's fused all-reduce (its
-IPC workspace).  The KV cache must be sized explicitly (``kv_cache_memory_bytes``):
+Also off (``engine_kwargs``, ``env``): the custom, the symmetric-memory and FlashInfer's
+all-reduce (CUDA IPC between distinct GPUs) and FlashInfer's fused all-reduce + RMSNorm
+(its IPC workspace).  The KV cache must be sized explicitly (``kv_cache_memory_bytes``):
 a rank's memory profile would count the other ranks' allocations as its own.
 
 This file is also the plugin: ``install(dir)`` copies it into ``dir`` as the module
@@ -35,6 +35,9 @@ FLAG = "VLLM_SP_SHARED_GPU"
 MODULE = "vllm_sp_shared_gpu"
 DIST = "vllm_sp_shared_gpu-0.1.dist-info"
 HOSTID = "shared-gpu"
+# The all-reduces through CUDA IPC between distinct GPUs (vLLM >= 0.33 tries FlashInfer's
+# for its TP group; torch's symmetric memory): NCCL's instead.
+IPC_ALL_REDUCES_OFF = {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}
 
 
 def _own_host() -> None:
@@ -52,7 +55,7 @@ def register() -> None:
     # (vLLM loads them once a process, and the fork copies "loaded").
     os.register_at_fork(after_in_child=_own_host)
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    os.environ.setdefault("VLLM_ALLREDUCE_USE_SYMM_MEM", "0")
+    os.environ.update(IPC_ALL_REDUCES_OFF)
 
     from vllm.engine.arg_utils import EngineArgs
 
@@ -109,7 +112,7 @@ def env(where: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     path = [str(where)] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p]
     visible = base.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
     return {**base, FLAG: "1", "PYTHONPATH": os.pathsep.join(path),
-            "CUDA_VISIBLE_DEVICES": visible, "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
+            "CUDA_VISIBLE_DEVICES": visible, **IPC_ALL_REDUCES_OFF}
 
 
 def engine_kwargs(world: int) -> dict:
