@@ -67,10 +67,11 @@ def _rank(rank: int, world: int, mode: str, port: int, q) -> None:
         dist.all_reduce(y)
         expect(y, torch.full((n,), float(full)), "all_reduce")
 
-    def all_gather():
-        y = torch.empty(world, n, device=dev)
+    def all_gather():      # a flat output: gloo takes no other
+        y = torch.empty(world * n, device=dev)
         dist.all_gather_into_tensor(y, torch.full((n,), float(rank), device=dev))
-        expect(y, torch.arange(world).float()[:, None].expand(world, n), "all_gather")
+        expect(y.view(world, n), torch.arange(world).float()[:, None].expand(world, n),
+               "all_gather")
 
     def all_to_all():
         inp = torch.arange(world, device=dev, dtype=torch.float32).repeat_interleave(4) + 100 * rank
