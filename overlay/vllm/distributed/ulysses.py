@@ -36,8 +36,9 @@ called ``sequence_parallel_*``; with Ulysses SP the compile pass is turned
 off (see ``ulysses_config.verify_config``).
 
 Every other module of the overlay's ``vllm.distributed`` is built on this
-one: SP's layer families (``ulysses_gdn``, ``ulysses_mamba``,
-``ulysses_mla``, ``ulysses_moe``, ``ulysses_multimodal``), the model wrapper
+one: SP's layer families (``ulysses_gdn``, ``ulysses_mamba``, on what
+their state-space mixers share, ``ulysses_state``; ``ulysses_mla``,
+``ulysses_moe``, ``ulysses_multimodal``), the model wrapper
 (``ulysses_model``), the config checks (``ulysses_config``, through the
 family modules) and Shift (``shift``, ``shift_weights``).  This one imports
 none of them, not even inside a function: what they need of each other goes

@@ -14,22 +14,23 @@ core runs over the whole step; a second all-to-all returns its output to
 the token owners before the gated norm and ``out_proj``.
 
 The core runs on a *view* of the mixer registered in its place under its
-name: the mixer of plain TP over TP*SP on full-TP rank t*SP+s (its conv
-rows, ``A``, ``D``, ``dt_bias`` and sizes), so its conv and SSM state caches
-are that mixer's, channel for channel, and Shift's full-TP model (which is
-that mixer) shares them.  Upstream builds that mixer only when TP*SP
-divides the heads and the groups (or there is one group): other layouts
-are refused before any worker starts.
+name (``ulysses_state``, shared with GDN): the mixer of plain TP over TP*SP
+on full-TP rank t*SP+s (its conv rows, ``A``, ``D``, ``dt_bias`` and sizes),
+so its conv and SSM state caches are that mixer's, channel for channel, and
+Shift's full-TP model (which is that mixer) shares them.  Upstream builds
+that mixer only when TP*SP divides the heads and the groups (or there is
+one group): other layouts are refused before any worker starts.  What is
+Mamba-2's own is here: the widths and rows of x, B, C and dt, the groups,
+the per-head parameters and sizes of the view, and the checks.
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
 from vllm.distributed import ulysses
-from vllm.distributed.ulysses_gdn import LocalConv
+from vllm.distributed.ulysses_state import LocalConv, StatePlan, mixer_of, per_head, plan_of
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -61,13 +62,27 @@ def verify_mamba2(config: VllmConfig) -> None:
                          "TP*SP dividing the Mamba groups")
 
 
-class Mamba2Plan:
+def _state_shape(view: Any):
+    """The state shapes of plain TP over TP*SP: upstream's, with the
+    full-TP group as the TP group."""
+    with ulysses.as_full_tp():
+        return type(mixer_of(view)).get_state_shape(view)
+
+
+class Mamba2Plan(StatePlan):
     """Per Mamba-2 mixer: the exchanges around its core, and the view the
-    core runs on."""
+    core runs on (``ulysses_state``)."""
+
+    VIEW_DOC = "A Mamba-2 mixer as plain TP over TP*SP ranks sees it (ulysses_mamba)."
+    VIEW_MEMBERS = {
+        "A": per_head("A"), "D": per_head("D"), "dt_bias": per_head("dt_bias"),
+        "conv_weights": property(lambda self: plan_of(self).conv.weight.flatten(1)),
+        "get_state_shape": _state_shape,
+    }
 
     def __init__(self, mixer: torch.nn.Module, groups: int) -> None:
-        sp, tp = ulysses.sp_size(), mixer.tp_size
-        self.sp, self.rank, self.group = sp, ulysses.sp_rank(), ulysses.get_sp_group()
+        super().__init__()
+        sp, tp = self.sp, mixer.tp_size
         self.x_width = mixer.intermediate_size // tp
         self.tp_groups = mixer.n_groups // tp          # (groups replicated to TP, if one)
         self.bc_width = self.tp_groups * mixer.ssm_state_size
@@ -96,8 +111,7 @@ class Mamba2Plan:
             return None
         from vllm.config import get_current_vllm_config
 
-        vllm_config = get_current_vllm_config()
-        mc = vllm_config.model_config
+        mc = get_current_vllm_config().model_config
         if getattr(mc.hf_text_config, "model_type", None) not in MAMBA2_MODEL_TYPES:
             raise ValueError(f"sequence_parallel_size > 1 does not support the Mamba2 layers of "
                              f"{mc.architecture} yet (of the Mamba-2 hybrids Nemotron-H, "
@@ -109,12 +123,21 @@ class Mamba2Plan:
                              f"{tp}*{sp}")
         if getattr(mixer, "use_replayssm", False):
             raise ValueError("sequence_parallel_size > 1 does not support --use-replayssm yet")
-        ulysses.register_ops()
-        plan = cls(mixer, groups)
-        table = vllm_config.compilation_config.static_forward_context
-        assert table.get(mixer.prefix) is mixer, f"{mixer.prefix} is not registered"
-        table[mixer.prefix] = _core_view(mixer, plan)
-        return plan
+        return cls.install(mixer, groups)
+
+    def view_attributes(self, mixer: torch.nn.Module) -> dict[str, Any]:
+        """The sizes of full-TP rank t*SP+s of TP*SP: its groups and conv
+        channels; and the core's input read from offset 0 (the exchange
+        leaves out the gate, which stays with the token owners).  Without
+        the ``conv_weights`` buffer, which the view reads as a property."""
+        x_l, g_l = self.x_width // self.sp, self.local_groups * mixer.ssm_state_size
+        return dict(
+            _buffers={k: v for k, v in mixer._buffers.items() if k != "conv_weights"},
+            n_groups=self.full_groups,
+            groups_ssm_state_size=self.full_groups * mixer.ssm_state_size,
+            tped_intermediate_size=0,              # no gate in the core's input
+            tped_conv_size=x_l + 2 * g_l, tped_dt_size=self.local_heads,
+            split_hidden_states_B_C_fn=lambda xbc: torch.split(xbc, [x_l, g_l, g_l], dim=-1))
 
     def forward(self, core_op: Any, projected_states: torch.Tensor,
                 layer_name: Any) -> torch.Tensor:
@@ -127,65 +150,5 @@ class Mamba2Plan:
         # One buffer [SP*n, x | B | C | dt], as the exchange writes it: the view's
         # core reads it from offset 0.
         core_in = ulysses.heads_from_tokens_packed([x, b, c, dt], [1, r, r, 1], self.group)
-        # zeros, as the GDN plan: the core writes only the step's actual tokens.
-        out = torch.zeros((self.sp * n, self.local_heads * self.head_dim),
-                          dtype=projected_states.dtype, device=projected_states.device)
-        core_op(core_in, out, layer_name)
-        return ulysses.tokens_from_heads(out, self.group)
-
-
-# ---------------------------------------------------------------- the view
-
-# view -> (mixer, plan), kept off the view's __dict__ (as ulysses_gdn's).
-_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_VIEW_CLASSES: dict[type, type] = {}
-
-
-def _heads(view: Any, param: torch.Tensor) -> torch.Tensor:
-    """This GPU's entries of a per-head parameter ([H/TP]): a view, so weights
-    loaded later are the ones read."""
-    _, plan = _VIEWS[view]
-    return param.narrow(0, plan.rank * plan.local_heads, plan.local_heads)
-
-
-def _state_shape(view: Any):
-    """The state shapes of plain TP over TP*SP: upstream's, with the
-    full-TP group as the TP group."""
-    mixer, _ = _VIEWS[view]
-    with ulysses.as_full_tp():
-        return type(mixer).get_state_shape(view)
-
-
-def _view_class(cls: type) -> type:
-    if cls not in _VIEW_CLASSES:
-        _VIEW_CLASSES[cls] = type(f"Ulysses{cls.__name__}", (cls,), {
-            "__doc__": "A Mamba-2 mixer as plain TP over TP*SP ranks sees it (ulysses_mamba).",
-            "A": property(lambda self: _heads(self, _VIEWS[self][0].A)),
-            "D": property(lambda self: _heads(self, _VIEWS[self][0].D)),
-            "dt_bias": property(lambda self: _heads(self, _VIEWS[self][0].dt_bias)),
-            "conv1d": property(lambda self: _VIEWS[self][1].conv),
-            "conv_weights": property(lambda self: _VIEWS[self][1].conv.weight.flatten(1)),
-            "get_state_shape": _state_shape,
-        })
-    return _VIEW_CLASSES[cls]
-
-
-def _core_view(mixer: torch.nn.Module, plan: Mamba2Plan) -> torch.nn.Module:
-    """An object of a subclass of the mixer's class with the mixer's
-    attributes, but the sizes of full-TP rank t*SP+s of TP*SP: its heads,
-    groups, conv channels; and the core's input read from offset 0 (the
-    exchange leaves out the gate, which stays with the token owners)."""
-    view = object.__new__(_view_class(type(mixer)))
-    d = {k: v for k, v in mixer.__dict__.items() if k != "_buffers"}
-    view.__dict__.update(d)
-    view.__dict__["_buffers"] = {k: v for k, v in mixer._buffers.items() if k != "conv_weights"}
-    n = mixer.tp_size * plan.sp
-    x_l, g_l = plan.x_width // plan.sp, plan.local_groups * mixer.ssm_state_size
-    view.__dict__.update(
-        tp_size=n, n_groups=plan.full_groups,
-        groups_ssm_state_size=plan.full_groups * mixer.ssm_state_size,
-        tped_intermediate_size=0,              # no gate in the core's input
-        tped_conv_size=x_l + 2 * g_l, tped_dt_size=plan.local_heads,
-        split_hidden_states_B_C_fn=lambda xbc: torch.split(xbc, [x_l, g_l, g_l], dim=-1))
-    _VIEWS[view] = (mixer, plan)
-    return view
+        return self.core(core_op, [core_in], n, (self.local_heads * self.head_dim,),
+                         projected_states, layer_name)
