@@ -5,9 +5,9 @@ in it (CUDA-graph sizes, vLLM's clashing compile passes).
 Why a module of its own: these run while the engine config is built,
 before any worker or process group exists, and each patched config class
 calls one function here.  They must know which hybrids and multimodal
-classes SP serves, which the GDN and multimodal modules define, so they
-sit above those; the core (``ulysses.py``), which runs in the workers,
-needs none of them.
+classes SP serves, which the GDN, Mamba-2 and multimodal modules define,
+so they sit above those (and word the refusal of the other hybrids here);
+the core (``ulysses.py``), which runs in the workers, needs none of them.
 """
 
 from __future__ import annotations
@@ -52,15 +52,47 @@ def _check_mla(config: VllmConfig, mc: Any, what: str) -> None:
     ulysses_mla.verify_mla(config, mc, what)
 
 
+# The other hybrids' non-attention layers, for the one-line refusal.
+_OTHER_LAYERS = {
+    "jamba": "Mamba",
+    "bamba": "Mamba2",
+    "zamba2": "Mamba2",
+    "plamo2": "Mamba2",
+    "lfm2": "ShortConv",
+    "lfm2_moe": "ShortConv",
+    "kimi_linear": "KDA (Kimi Delta Attention)",
+    "minimax_text_01": "lightning attention",
+    "minimax": "lightning attention",
+    "olmo_hybrid": "OLMo-hybrid Gated-DeltaNet",
+}
+
+
 def _check_hybrid(config: VllmConfig, mc: Any, what: str) -> None:
-    if getattr(mc.hf_text_config, "model_type", None) not in ulysses_mamba.MAMBA2_MODEL_TYPES:
-        ulysses_gdn.verify_hybrid(config)
-        return
-    if _release() < (0, 32):
-        raise ValueError(f"sequence_parallel_size > 1 with Mamba-2 layers ({what}) needs vLLM "
-                         f"0.32 or newer (this is {_version()}): build it with ./build.sh "
-                         "--version 0.33.0, or use -sp 1")
-    ulysses_mamba.verify_mamba2(config)
+    """The one place that knows which hybrids SP serves: the Gated-DeltaNet
+    ones (``ulysses_gdn``) and the Mamba-2 ones (``ulysses_mamba``), each
+    checked by its family's module; every other hybrid is refused naming
+    its non-attention layer."""
+    model_type = getattr(mc.hf_text_config, "model_type", None)
+    if model_type in ulysses_gdn.GDN_MODEL_TYPES:
+        ulysses_gdn.verify_gdn(config)
+    elif model_type in ulysses_mamba.MAMBA2_MODEL_TYPES:
+        if _release() < (0, 32):
+            raise ValueError(f"sequence_parallel_size > 1 with Mamba-2 layers ({what}) needs "
+                             f"vLLM 0.32 or newer (this is {_version()}): build it with "
+                             "./build.sh --version 0.33.0, or use -sp 1")
+        ulysses_mamba.verify_mamba2(config)
+    else:
+        layer = _OTHER_LAYERS.get(model_type) or _non_attention_layers(mc.hf_text_config)
+        raise ValueError(f"sequence_parallel_size > 1 does not support the {layer} layers of "
+                         f"{what} yet (of the hybrids the Gated-DeltaNet models "
+                         f"{ulysses_gdn.MODELS}, and the Mamba-2 ones {ulysses_mamba.MODELS}); "
+                         "use -sp 1")
+
+
+def _non_attention_layers(hf: Any) -> str:
+    kinds = sorted({t for t in getattr(hf, "layer_types", None) or []
+                    if "attention" not in t or "linear" in t})
+    return "/".join(kinds) if kinds else "state-space or linear-attention"
 
 
 def validate_parallel_config(pc: ParallelConfig) -> None:

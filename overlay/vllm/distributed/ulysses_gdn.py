@@ -22,7 +22,8 @@ Its conv and recurrent state caches are therefore what that plain-TP mixer
 holds, channel for channel, so Shift's full-TP model (which is that mixer)
 shares the very state tensors: written in one mode, read in the other.
 What is GDN's own is here: the widths and rows of q, k, v, b and a, the
-per-v-head parameters, and the checks.
+per-v-head parameters, and the linear-head checks (``ulysses_config`` says
+which hybrids are served and refuses the others).
 """
 
 from __future__ import annotations
@@ -41,50 +42,25 @@ if TYPE_CHECKING:
 # hf_text_config.model_type of the hybrids whose mixer is QwenGatedDeltaNetAttention.
 GDN_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
-# The other hybrids' non-attention layers, for the one-line refusal.
-_OTHER_LAYERS = {
-    "jamba": "Mamba",
-    "bamba": "Mamba2",
-    "zamba2": "Mamba2",
-    "plamo2": "Mamba2",
-    "lfm2": "ShortConv",
-    "lfm2_moe": "ShortConv",
-    "kimi_linear": "KDA (Kimi Delta Attention)",
-    "minimax_text_01": "lightning attention",
-    "minimax": "lightning attention",
-    "olmo_hybrid": "OLMo-hybrid Gated-DeltaNet",
-}
+# What the hybrid refusal names as served (ulysses_config._check_hybrid).
+MODELS = "Qwen3-Next and Qwen3.5"
 
 
 # ---------------------------------------------------------------- config
 
-def verify_hybrid(config: VllmConfig) -> None:
-    """Called by ``ulysses_config.verify_config`` for a hybrid model: GDN
-    hybrids are served when TP*SP divides their linear key and value heads
-    (each GPU then runs whole heads, as plain TP over TP*SP would); every
-    other hybrid is refused naming its non-attention layer."""
+def verify_gdn(config: VllmConfig) -> None:
+    """Called by ``ulysses_config.verify_config`` for a GDN hybrid: served
+    when TP*SP divides its linear key and value heads (each GPU then runs
+    whole heads, as plain TP over TP*SP would)."""
     mc, pc = config.model_config, config.parallel_config
     hf = mc.hf_text_config
-    model_type = getattr(hf, "model_type", None)
     tp, sp = pc.tensor_parallel_size, pc.sequence_parallel_size
-    if model_type not in GDN_MODEL_TYPES:
-        layer = _OTHER_LAYERS.get(model_type) or _non_attention_layers(hf)
-        raise ValueError(f"sequence_parallel_size > 1 does not support the {layer} layers of "
-                         f"{mc.architecture} yet (of the hybrids the Gated-DeltaNet models "
-                         f"Qwen3-Next and Qwen3.5, and the Mamba-2 ones Nemotron-H, Granite "
-                         f"4.0-H and Falcon-H1); use -sp 1")
     for what in ("linear_num_key_heads", "linear_num_value_heads"):
         heads = getattr(hf, what)
         if heads % (tp * sp):
             raise ValueError(f"{mc.architecture} has {what}={heads}, not divisible by "
                              f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}; choose "
                              "TP*SP dividing the linear-attention heads")
-
-
-def _non_attention_layers(hf: Any) -> str:
-    kinds = sorted({t for t in getattr(hf, "layer_types", None) or []
-                    if "attention" not in t or "linear" in t})
-    return "/".join(kinds) if kinds else "state-space or linear-attention"
 
 
 # ---------------------------------------------------------------- the plan

@@ -41,6 +41,8 @@ MAMBA2_MODEL_TYPES = {
     "granitemoehybrid": ("mamba_n_heads", "mamba_n_groups"),
     "falcon_h1": ("mamba_n_heads", "mamba_n_groups"),
 }
+# What the hybrid refusals name as served (here and ulysses_config._check_hybrid).
+MODELS = "Nemotron-H, Granite 4.0-H and Falcon-H1"
 
 
 def verify_mamba2(config: VllmConfig) -> None:
@@ -114,8 +116,8 @@ class Mamba2Plan(StatePlan):
         mc = get_current_vllm_config().model_config
         if getattr(mc.hf_text_config, "model_type", None) not in MAMBA2_MODEL_TYPES:
             raise ValueError(f"sequence_parallel_size > 1 does not support the Mamba2 layers of "
-                             f"{mc.architecture} yet (of the Mamba-2 hybrids Nemotron-H, "
-                             f"Granite 4.0-H and Falcon-H1); use -sp 1")
+                             f"{mc.architecture} yet (of the Mamba-2 hybrids {MODELS}); "
+                             "use -sp 1")
         sp, tp = ulysses.sp_size(), mixer.tp_size
         if mixer.num_heads % (tp * sp) or (groups % (tp * sp) and groups != 1):
             raise ValueError(f"{mixer.num_heads} Mamba heads and {groups} groups cannot be "
