@@ -128,10 +128,9 @@ def test_linear_heads_must_divide(models_dir):
 
 
 def test_other_hybrids_refused_naming_their_layers(tmp_path):
-    """Jamba (Mamba), Zamba2 (Mamba2: not among the served Mamba-2
-    hybrids), LFM2 (ShortConv): refused before any worker starts, in one
-    line."""
-    from transformers import JambaConfig, Lfm2Config, Zamba2Config
+    """Jamba (Mamba), LFM2 (ShortConv): refused before any worker starts,
+    in one line."""
+    from transformers import JambaConfig, Lfm2Config
 
     small = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=512)
@@ -139,10 +138,6 @@ def test_other_hybrids_refused_naming_their_layers(tmp_path):
         ("jamba", JambaConfig(**small, num_hidden_layers=2, attn_layer_period=2,
                               attn_layer_offset=1, expert_layer_period=2, num_experts=1),
          "JambaForCausalLM", "Mamba layers"),
-        ("zamba2", Zamba2Config(**small, num_hidden_layers=2, mamba_d_state=16,
-                                mamba_headdim=16, n_mamba_heads=8,
-                                layers_block_type=["mamba", "hybrid"]),
-         "Zamba2ForCausalLM", "Mamba2 layers"),
         ("lfm2", Lfm2Config(**{**small, "num_hidden_layers": 2},
                             layer_types=["conv", "full_attention"]),
          "Lfm2ForCausalLM", "ShortConv layers"),
@@ -162,8 +157,9 @@ def test_mamba2_hybrid_layouts(tmp_path):
     """Granite 4.0-H (Mamba-2; served: test_e2e_mamba) builds under SP where
     plain TP over TP*SP could be built: TP*SP divides the Mamba heads, and
     the groups (or there is one).  Otherwise refused in one line; on 0.26.0
-    refused naming the release to build (core: its tier runs this)."""
-    from transformers import GraniteMoeHybridConfig
+    refused naming the release to build (core: its tier runs this).  Zamba2's
+    fields, read alike."""
+    from transformers import GraniteMoeHybridConfig, Zamba2Config
 
     def granite(name, **kw):
         cfg = GraniteMoeHybridConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -192,3 +188,16 @@ def test_mamba2_hybrid_layouts(tmp_path):
                               mamba_d_head=32),
                       sequence_parallel_size=4)
     assert "mamba_n_heads=6" in error_line(excinfo, "not divisible by")
+
+    def zamba2(name, groups):
+        cfg = Zamba2Config(vocab_size=256, hidden_size=64, num_attention_heads=4,
+                           max_position_embeddings=512, num_hidden_layers=2,
+                           layers_block_type=["mamba", "hybrid"], mamba_d_state=16,
+                           n_mamba_heads=8, mamba_ngroups=groups).to_dict()
+        cfg["architectures"] = ["Zamba2ForCausalLM"]
+        return write_config(tmp_path / name, cfg)
+
+    engine_config(zamba2("z1", 1), tensor_parallel_size=2, sequence_parallel_size=2)
+    with pytest.raises(Exception) as excinfo:
+        engine_config(zamba2("z2", 2), sequence_parallel_size=4)
+    assert "Zamba2ForCausalLM" in error_line(excinfo, "mamba_ngroups=2")

@@ -218,11 +218,14 @@ def save_random(path: Path, cfg, cls, *, dtype: str = "float32", seed: int = 0,
 def make_mamba2(root: Path, arch: str, *, groups: int, dtype: str = "float32",
                 seed: int = 0) -> Path:
     """A tiny Mamba-2 hybrid (``arch``: nemotron_h, granitemoehybrid,
-    falcon_h1): 8 Mamba heads of 32 in ``groups`` groups, state 64, conv 4;
-    attention 8 heads / 2 KV heads of 32.  Nemotron-H: Mamba, attention,
-    Mamba, MLP layers; Granite 4.0-H: Mamba and attention layers, each with a
-    MoE (4 experts, top-2) and a shared expert; Falcon-H1: attention and
-    Mamba side by side in every layer."""
+    falcon_h1, zamba2): 8 Mamba heads of 32 in ``groups`` groups, state 64,
+    conv 4; attention 8 heads / 2 KV heads of 32.  Nemotron-H: Mamba,
+    attention, Mamba, MLP layers; Granite 4.0-H: Mamba and attention layers,
+    each with a MoE (4 experts, top-2) and a shared expert; Falcon-H1:
+    attention and Mamba side by side in every layer; Zamba2: Mamba layers,
+    the second and fourth each after one of two shared transformer blocks
+    (8 heads of 64 over the hidden state and the embedding side by side),
+    with LoRA adapters (rank 16) per layer, rotary."""
     import transformers
 
     path = Path(root) / f"{arch}-g{groups}-{dtype}-s{seed}"
@@ -250,6 +253,16 @@ def make_mamba2(root: Path, arch: str, *, groups: int, dtype: str = "float32",
             mamba_n_groups=groups, mamba_d_state=64, mamba_d_conv=4, mamba_expand=1,
             mamba_d_ssm=256)
         cls = transformers.FalconH1ForCausalLM
+    elif arch == "zamba2":
+        # vLLM's Zamba2 attends with as many KV heads as query heads (head dim
+        # 2*hidden/heads = 64) and ties the LM head to the embedding.
+        cfg = transformers.Zamba2Config(
+            **{**common, "num_key_value_heads": 8, "tie_word_embeddings": True},
+            num_hidden_layers=4, layers_block_type=["mamba", "hybrid", "mamba", "hybrid"],
+            num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=16,
+            use_mem_rope=True, n_mamba_heads=8, mamba_ngroups=groups, mamba_d_state=64,
+            mamba_d_conv=4, mamba_expand=1)
+        cls = transformers.Zamba2ForCausalLM
     else:
         raise ValueError(f"unknown Mamba-2 hybrid {arch}")
     return save_random(path, cfg, cls, dtype=dtype, seed=seed)

@@ -57,7 +57,6 @@ def _check_mla(config: VllmConfig, mc: Any, what: str) -> None:
 # check first); another hybrid's are read from its layer_types.
 _OTHER_LAYERS = {
     "jamba": "Mamba",
-    "zamba2": "Mamba2",
     "lfm2": "ShortConv",
     "lfm2_moe": "ShortConv",
     "kimi_linear": "KDA (Kimi Delta Attention)",

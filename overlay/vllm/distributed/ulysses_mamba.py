@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Ulysses SP for vLLM's Mamba-2 mixer (``MambaMixer2``: Nemotron-H,
-Granite 4.0-H, Falcon-H1).
+Granite 4.0-H, Falcon-H1, Zamba2).
 
 Why a module of its own: the mixer's core (a causal conv, then the SSD scan)
 is a recurrence over each request's tokens, so an SP rank cannot run it on
@@ -36,13 +36,16 @@ if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
 # hf_text_config.model_type -> (heads field, groups field) of the Mamba-2 hybrids served.
+# Zamba2's shared transformer blocks and their per-layer LoRA adapters are token-local
+# layers and vLLM Attention layers, which SP lays out as any model's.
 MAMBA2_MODEL_TYPES = {
     "nemotron_h": ("mamba_num_heads", "n_groups"),
     "granitemoehybrid": ("mamba_n_heads", "mamba_n_groups"),
     "falcon_h1": ("mamba_n_heads", "mamba_n_groups"),
+    "zamba2": ("n_mamba_heads", "mamba_ngroups"),
 }
 # What the hybrid refusals name as served (here and ulysses_config._check_hybrid).
-MODELS = "Nemotron-H, Granite 4.0-H and Falcon-H1"
+MODELS = "Nemotron-H, Granite 4.0-H, Falcon-H1 and Zamba2"
 
 
 def verify_mamba2(config: VllmConfig) -> None:
