@@ -5,7 +5,8 @@ the routes to them: patch cpu-moe-honours-expert-map; without it the CPU
 kernel indexed its weights by global expert ids and the worker died).  Then
 EP over the SP ranks (ulysses_moe): one Shift engine at TP=2 x SP=2 covers
 the SP model's dispatch over all four ranks (TP x SP, with the TP split),
-the full-TP model's plain EP, and their sharing one set of experts; n-gram
+the full-TP model's plain EP, and their sharing one set of experts, more
+experts than GPUs; n-gram
 speculation's verify steps on the same layout; DP x SP with EP is
 test_e2e_scaleout's `-dp 2 -sp 2`, Llama 4's and GPT-OSS's rows
 test_e2e_families'."""
@@ -35,9 +36,10 @@ def test_upstream_tp2_expert_parallel(models_dir, family_ref):
 
 def test_shift_tp2_sp2_expert_parallel(models_dir, family_ref):
     """`-tp 2 -sp 2 --shift-parallel --enable-expert-parallel`, threshold 8
-    so that both models serve: one expert a GPU, the workload equal to
-    transformers in both modes, prefix-cache hits across them."""
-    model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
+    so that both models serve: 8 experts, two a GPU (so a GPU's second local
+    expert runs too), the workload equal to transformers in both modes,
+    prefix-cache hits across them."""
+    model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2, experts=8)
     got = run(model, tp=2, sp=2, enable_expert_parallel=True, shift_parallel=True,
               shift_parallel_threshold=8)
     assert_same(family_ref(model), got, what="Qwen3-MoE shift TP=2xSP=2 with EP vs transformers")

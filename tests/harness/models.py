@@ -79,6 +79,8 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
         name += "-g2"
     if arch == "qwen3_next":
         name += f"-lin{linear_head_dim}"
+    if experts != 4:
+        name += f"-e{experts}"
     path = Path(root) / name
     if (path / "config.json").exists():
         return path
