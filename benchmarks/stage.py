@@ -83,12 +83,21 @@ def part_bytes() -> int:
     return size
 
 
-def bundle(official: Path, version: str, out: Path) -> tuple[int, int]:
+def bundle(official: Path, version: str, out: Path, ours: Path) -> tuple[int, int]:
     """official wheel + the added wheels + their lock -> out/part00.. and
     out/bundle.sha256; returns (parts, bytes).  The tar goes through a file,
-    not memory: with a new torch it is several GB."""
+    not memory: with a new torch it is several GB.
+
+    A release with requirement overrides (``patches/v<release>/requirement-
+    overrides.txt``: a pin of the official wheel the package index cannot
+    satisfy) has no ``pip install vllm==<release>`` environment: its
+    dependencies are resolved for ours, which requires the override, and the
+    bundle says so (``bundle/overrides.txt``) for unpack.sh, which then installs
+    the official wheel without its dependencies; ``pip check`` names the pin."""
+    overrides = ROOT / "patches" / f"v{version}" / "requirement-overrides.txt"
     deps = CACHE / f"user-env-{version}"
-    subprocess.run([sys.executable, "-m", "benchmarks.user_env", str(official), str(deps)],
+    resolved = ours if overrides.exists() else official
+    subprocess.run([sys.executable, "-m", "benchmarks.user_env", str(resolved), str(deps)],
                    cwd=ROOT, check=True)
     size = part_bytes()
     tar_path = out / "bundle.tar"
@@ -97,6 +106,9 @@ def bundle(official: Path, version: str, out: Path) -> tuple[int, int]:
         for whl in sorted(deps.glob("*.whl")):
             tar.add(whl, f"bundle/deps/{whl.name}")
         tar.add(deps / "lock.txt", "bundle/lock.txt")
+        if overrides.exists():
+            tar.add(overrides, "bundle/overrides.txt")
+            print(f"stage.py: dependencies resolved for ours: {overrides.relative_to(ROOT)}")
     parts, total = cut_parts(tar_path, out, size)
     for script in ("unpack.sh", "smoke.py"):
         shutil.copy(ROOT / "benchmarks" / script, out / script)
@@ -214,7 +226,7 @@ def main() -> None:
         sys.exit(f"stage.py: {ours.name} was built before {stale}: {build}")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    parts, total = bundle(official, version, out)
+    parts, total = bundle(official, version, out, ours)
     changed, deleted = overlay_tar(official, ours, out / "ours.tar.gz")
     extras = ["unpack.sh", "smoke.py", "bundle.sha256", "ours.tar.gz"]
     if args.before:

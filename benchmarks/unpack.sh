@@ -18,10 +18,20 @@ if [[ "$got" != "$(cat "$parts/bundle.sha256")" ]]; then
 fi
 work=$(mktemp -d)
 cat "$parts"/part* | tar x -C "$work"
-python3 -m pip install -q --no-index --no-cache-dir --find-links "$work/bundle/deps" \
-  "$work"/bundle/vllm-*.whl
+if [[ -f $work/bundle/overrides.txt ]]; then
+  # A pin of the official wheel the index cannot satisfy (stage.py): the dependencies
+  # resolved for ours, the official wheel without its own; pip check names the pin.
+  grep -v "kept from the image" "$work/bundle/lock.txt" | cut -d' ' -f1 > "$work/added.txt"
+  python3 -m pip install -q --no-index --no-cache-dir --find-links "$work/bundle/deps" \
+    -r "$work/added.txt"
+  python3 -m pip install -q --no-index --no-cache-dir --no-deps "$work"/bundle/vllm-*.whl
+else
+  python3 -m pip install -q --no-index --no-cache-dir --find-links "$work/bundle/deps" \
+    "$work"/bundle/vllm-*.whl
+fi
 {
   echo "== python: $(command -v python3) ($(python3 -V 2>&1))"
+  [[ -f $work/bundle/overrides.txt ]] && { echo "== requirement overrides (not pip install vllm's own environment)"; cat "$work/bundle/overrides.txt"; }
   echo "== pip check"
   python3 -m pip check 2>&1 && echo "pip check: clean" || echo "pip check: NOT clean"
   echo "== versions"

@@ -142,6 +142,10 @@ def resolve(wheel: Path) -> list[dict]:
             named = re.findall(r"The user requested \(constraint\) ([A-Za-z0-9_.-]+)\S*==|"
                                r"No matching distribution found for ([A-Za-z0-9_.-]+)",
                                proc.stdout)
+            # or an image package's own requirement clashes with the new one's (vLLM 0.34's
+            # huggingface_hub>=2 against the image's transformers): that package moves too
+            named += [(n, "") for n in re.findall(r"^\s*([A-Za-z0-9_.-]+) \S+\+image depends on",
+                                                   proc.stdout, flags=re.M)]
             ruled_out = {_norm(a or b) for a, b in named} & {_norm(n) for n in kept}
             if not ruled_out:
                 tail = [ln for ln in proc.stdout.splitlines()
