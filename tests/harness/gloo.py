@@ -56,6 +56,18 @@ def run_ranks(fn: Callable[..., None], tmp_path: Path, tp: int, sp: int,
     every rank finished."""
     module = sys.modules[fn.__module__]
     assert fn.__qualname__ == fn.__name__, f"{fn.__qualname__}: not a module-level function"
+    for attempt in range(3):
+        # A free port can be taken before rank 0 listens on it (engines of other tests
+        # start beside these in CI): then again, on another port.
+        try:
+            return _run_ranks(module, fn, tmp_path, tp, sp, timeout)
+        except AssertionError as e:
+            if "EADDRINUSE" not in str(e) or attempt == 2:
+                raise
+
+
+def _run_ranks(module, fn: Callable[..., None], tmp_path: Path, tp: int, sp: int,
+               timeout: float) -> None:
     world, port = tp * sp, free_port()
     env = _env(port)
     args = [module.__file__, fn.__module__, fn.__name__, world, tp, sp, port, str(tmp_path)]
