@@ -23,7 +23,9 @@ lay_over() {
   mkdir -p "$1"
   cp -al "$installed" "$1/vllm"
   tar -xzf "$2" -C "$1" --unlink-first
-  while read -r f; do [[ -n "$f" ]] && rm -f "$1/$f"; done < "$1/DELETED"
+  while read -r f; do
+    if [[ -n "$f" ]]; then rm -f "$1/$f"; fi
+  done < "$1/DELETED"
 }
 rm -rf "$SITE_OFFICIAL" "$SITE_OURS" "$SITE_BEFORE"
 mkdir -p "$SITE_OFFICIAL"

@@ -145,7 +145,7 @@ def overlay_tar(official: Path, ours: Path, path: Path) -> tuple[list[str], list
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-        listing = ("\n".join(deleted) + "\n").encode()
+        listing = "".join(f"{n}\n" for n in deleted).encode()
         info = tarfile.TarInfo("DELETED")
         info.size = len(listing)
         tar.addfile(info, io.BytesIO(listing))
