@@ -736,9 +736,16 @@ def _text(path: Path) -> str:
 
 def _launch(family: str, ckpt: Path, outdir: Path, todo: list[str], timeout: int,
             cpu: bool, shared: bool = False) -> int:
-    procs, hung = {}, set()
+    procs, hung, started = {}, set(), {}
     deadline = time.time() + timeout
+    # EQ_JOBS=N: at most N engines at once (GPU), each within ``timeout`` of its own start:
+    # a family whose engines do not fit the card together (DeepSeek-V3's on one H100).
+    jobs = int(os.environ.get("EQ_JOBS", "0"))
     for layout in todo:
+        while not cpu and jobs and sum(p.poll() is None for p, _ in procs.values()) >= jobs:
+            first = next(lay for lay, (p, _) in procs.items() if p.poll() is None)
+            if not _wait(procs[first][0], started[first] + timeout):
+                hung.add(first)
         out = outdir / f"{family}.{layout}.json"
         base = layout.partition("+")[0]
         env = dict(os.environ)
@@ -753,6 +760,7 @@ def _launch(family: str, ckpt: Path, outdir: Path, todo: list[str], timeout: int
         log = open(outdir / f"{family}.{layout}.log", "w")
         # Its own session: a hung engine is killed with its workers, which
         # would otherwise hold their GPUs through the families after it.
+        started[layout] = time.time()
         procs[layout] = (subprocess.Popen(
             [sys.executable, "-m", "benchmarks.equivalence", "engine", family, str(ckpt), layout,
              str(out), *(["--cpu"] if cpu else [])], cwd=ROOT,
@@ -763,7 +771,8 @@ def _launch(family: str, ckpt: Path, outdir: Path, todo: list[str], timeout: int
             time.sleep(float(os.environ.get("EQ_STAGGER_S", "5")))
     rc = 0
     for layout, (proc, log) in procs.items():
-        if layout in hung or (proc.returncode is None and not _wait(proc, deadline)):
+        end = started[layout] + timeout if jobs and not cpu else deadline
+        if layout in hung or (proc.returncode is None and not _wait(proc, end)):
             rc = 1
             (outdir / f"{family}.{layout}.failed").write_text(f"hang: killed after {timeout} s\n")
             print(f"{family} {layout}: FAILED (hang)", flush=True)

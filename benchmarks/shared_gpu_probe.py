@@ -5,13 +5,17 @@ them a CUDA graph can capture: the question under the one-GPU tier
 
     python3 -m benchmarks.shared_gpu_probe [--worlds 2,4] [--json OUT] [--md OUT]
 
-Three ways to connect the ranks, each at every world size asked:
+Four ways to connect the ranks, each at every world size asked:
   gloo         torch's gloo group handed CUDA tensors
   nccl         plain NCCL (it refuses two ranks on one bus id of one host:
                "Duplicate GPU detected")
   nccl-hostid  NCCL with a distinct NCCL_HOSTID per process: each rank looks
                like a host of its own, so NCCL takes its network transport
                (sockets over loopback) between them
+  nccl-multirank  NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1, the switch NCCL
+               2.30's refusal names ("Multiple Ranks are using the same
+               GPU/Partition"): NCCL's own support for ranks sharing a GPU,
+               if it holds, and whichever transport it then picks
 Each rank checks every collective's numbers against the sum it must give,
 then (NCCL only) captures an all-reduce, an all-gather and an all-to-all in
 one CUDA graph and checks a replay on new inputs.
@@ -27,7 +31,7 @@ import time
 import traceback
 from pathlib import Path
 
-MODES = ("gloo", "nccl", "nccl-hostid")
+MODES = ("gloo", "nccl", "nccl-hostid", "nccl-multirank")
 
 
 def _hostid_env(rank: int) -> dict[str, str]:
@@ -38,6 +42,8 @@ def _rank(rank: int, world: int, mode: str, port: int, q) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if mode == "nccl-hostid":
         os.environ.update(_hostid_env(rank))
+    elif mode == "nccl-multirank":
+        os.environ["NCCL_MULTI_RANK_GPU_ENABLE"] = "1"
     import torch
     import torch.distributed as dist
 

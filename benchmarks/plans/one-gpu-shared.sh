@@ -17,24 +17,29 @@ shared() {
 }
 eq_timeout=1500
 export EQ_GPU_UTIL=0.02          # each rank's start-up check only: the KV cache is sized
+export EQ_KV_BYTES=$((1 << 30))  # a rank: ~65k tokens of the 8B shape, more than the prompts need
 dense=(tp1 tp2 tp4 sp2 shift tp2sp2_shift)
+# DeepSeek-V3's engines one at a time on an 80 GiB card (four at once ran out of memory on an
+# H100), two on a larger one.
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+ds_jobs=$(( ${gpu_mib:-0} > 100000 ? 2 : 1 ))
 
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1; pip check'
 # Which collectives work between processes on one GPU, and whether a CUDA graph holds them.
 step probe python3 -m benchmarks.shared_gpu_probe --worlds 2,4 --json "$res/probe.json" \
   --md "$res/probe.md"
 # The first family shows whether the mode works at all; then the capabilities never run on
-# a GPU before (MLA, Mamba-2, EP at TP x SP); then every other family.
+# a GPU before, the cheapest first (Mamba-2, EP at TP x SP, then MLA); then every other family.
 eq_timeout=600 shared eq_llama llama "${dense[@]}"     # a hang here says the mode does not work
-# DeepSeek-V3's reduced shape holds ~11 GiB of weights a TP=1 engine (every SP rank holds
-# its TP shard whole): its layouts in three groups, 1 GiB of KV cache a rank.
-EQ_KV_BYTES=$((1 << 30)) shared eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
-EQ_KV_BYTES=$((1 << 30)) shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
-EQ_KV_BYTES=$((1 << 30)) shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
-  tp2_ep+mtp
 shared eq_nemotron_h nemotron_h "${dense[@]}"
 shared eq_granite_h granite_h "${dense[@]}" tp2_ep shift_ep
 shared eq_qwen3_moe_a3b qwen3_moe_a3b tp1 tp2_ep tp4_ep tp2sp2_ep tp2sp2_shift_ep
+# DeepSeek-V3's reduced shape holds ~11 GiB of weights a TP=1 engine (every SP rank holds
+# its TP shard whole): its layouts in three groups.
+EQ_JOBS=$ds_jobs shared eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
+EQ_JOBS=$ds_jobs shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
+EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
+  tp2_ep+mtp
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl \
            gemma3_vl qwen2_5_vl; do
   shared "eq_$fam" "$fam" "${dense[@]}"
