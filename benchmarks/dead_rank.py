@@ -26,6 +26,9 @@ JSON.
 
 ``--cpu``: the same on vLLM's CPU engine (eager, bfloat16, a small KV
 cache), a dry run without GPUs; the GPU checks then read nothing.
+``--shared-gpu``: every rank on the first GPU (harness.shared_gpu, the one-GPU tier:
+its plugin, the IPC all-reduces off, 2 GiB of KV cache a rank); ``--gpus`` then
+names the layout's world size, not the cards.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import time
 from pathlib import Path
 
 from benchmarks.server import gpu_memory_mib, nvidia_smi
+from harness import shared_gpu
 from harness.faults import Case, Server, Stream, open_stream, send
 
 HERE = Path(__file__).resolve().parent
@@ -76,7 +80,18 @@ def unstreamed(base: str, body: dict) -> Stream:
     return s
 
 
-def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
+def shared_args(world: int) -> list[str]:
+    """`vllm serve` flags for harness.shared_gpu.engine_kwargs (its LLM arguments)."""
+    kw = shared_gpu.engine_kwargs(world)
+    args = ["--disable-custom-all-reduce", "--kv-cache-memory-bytes", str(2 << 30),
+            "--compilation-config", json.dumps(kw["compilation_config"])]
+    if "distributed_executor_backend" in kw:
+        args += ["--distributed-executor-backend", kw["distributed_executor_backend"]]
+    return args
+
+
+def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool,
+          shared: bool = False) -> dict:
     if not (ckpt / "tokenizer.json").exists():
         # In a process of its own: this one keeps no CUDA context on the GPUs it then checks.
         subprocess.run([sys.executable, "-m", "benchmarks.equivalence", "ckpt", "llama",
@@ -87,15 +102,21 @@ def check(layout: str, ckpt: Path, out: Path, gpus: int, cpu: bool) -> dict:
     if cpu:
         serve_args += ["--enforce-eager", "--dtype", "bfloat16",
                        "--kv-cache-memory-bytes", str(1 << 30)]
+    env = None
+    if shared:
+        serve_args += shared_args(gpus)
+        plugin = Path(os.environ.get("BENCH_DIR", "/tmp")) / "shared-gpu-plugin"
+        env = shared_gpu.env(shared_gpu.install(plugin))
     log = out.with_suffix(".log")
     res: dict = {"layout": layout, "gpus": gpus, "device": "cpu" if cpu else "gpu",
+                 **({"shared_gpu": gpus} if shared else {}),
                  "serve_args": serve_args, "victim": victim_tag,
                  "memory_before_mib": gpu_memory_mib(), "limits_s": {
                      "error": ERROR_WITHIN_S, "exit": EXIT_WITHIN_S},
                  "memory_slack_mib": MEMORY_SLACK_MIB}
     problems: list[str] = []
     t_start = time.time()
-    srv = Server(ckpt, serve_args, log, gpus, cpu=cpu)
+    srv = Server(ckpt, serve_args, log, gpus, env=env, cpu=cpu)
     try:
         srv.wait_healthy(900 if not cpu else 600)
         res["start_s"] = round(time.time() - t_start, 1)
@@ -201,14 +222,16 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, choices=(2, 4),
                     help="default: 4 if nvidia-smi lists 4 or more, else 2")
     ap.add_argument("--cpu", action="store_true", help="vLLM's CPU engine (a dry run)")
+    ap.add_argument("--shared-gpu", action="store_true", help="every rank on the first GPU "
+                    "(harness.shared_gpu); --gpus is then the world size (default 4)")
     a = ap.parse_args()
     if a.out.exists() and json.loads(a.out.read_text()).get("pass"):
         # a plan resumed from a results folder (no done.* markers there) keeps a passed verdict
         print(f"{a.out}: passed already; not run again")
         return
-    gpus = a.gpus or (4 if len(gpu_memory_mib() or ()) >= 4 else 2)
+    gpus = a.gpus or (4 if a.shared_gpu or len(gpu_memory_mib() or ()) >= 4 else 2)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    res = check(a.layout, a.ckpt, a.out, gpus, a.cpu)
+    res = check(a.layout, a.ckpt, a.out, gpus, a.cpu, a.shared_gpu)
     a.out.write_text(json.dumps(res, indent=1))
     print(json.dumps({k: res.get(k) for k in ("layout", "gpus", "serve_args", "killed",
                                                "server_exit", "server_exit_after_s",

@@ -1,0 +1,41 @@
+# vLLM 0.34.0 (V2 runner only) on one GPU: what issue 84's item 4 asks of a single card?
+# Kind: nvidia-h200 / nvidia-h100-x1.  Staging: stage.py --vllm-version 0.34.0.
+# Results: benchmarks/results/<date>-1gpu-0.34.0-<card> (resume from its folder).
+# Layouts with more than one rank run with every rank on the card (harness.shared_gpu:
+# kernels and the runner checked; NVLink and speed not); the SP=1 comparison against the
+# official wheel is a plain one-GPU server of each.  Order: does the V2 port run at all
+# (Llama's layouts), speculative decoding under Shift on V2's speculators, a dead rank under
+# Shift, SP=1 against the official wheel, then every family (one-gpu-shared.sh's steps).
+release 0.34.0 || return 0
+# shellcheck source=../plan-lib.sh
+source "$here/benchmarks/plan-lib.sh"
+eq_args=--shared-gpu
+eq_timeout=1500
+export EQ_GPU_UTIL=0.02 EQ_KV_BYTES=$((1 << 30))
+S=${PLAN_SHAPE:-8b}
+L="--shape $S"
+
+step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1; pip check'
+eq_timeout=600 eq eq_llama llama tp1 tp2 tp4 sp2 shift tp2sp2_shift
+# Each method at TP=1 and under Shift (SP=2 and TP=2 x SP=2); the draft model also in
+# float32 (+draft32: whether a bf16 gap in acceptance is rounding).
+eq eq_llama_spec llama tp1+ngram shift+ngram tp2sp2_shift+ngram tp1+draft shift+draft \
+  tp1+eagle3 shift+eagle3 tp2sp2_shift+eagle3 tp1+draft32 shift+draft32
+for fam in qwen3_next glm4_moe; do
+  eq "eq_${fam}_mtp" "$fam" tp1+mtp shift+mtp
+done
+# A worker of `-tp 2 -sp 2 --shift-parallel` killed while requests stream.
+step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.dead_rank shift \
+  --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/shift.json" --gpus 4 --shared-gpu
+step eq_report_spec python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
+# SP=1: ours against the official wheel, A B B A in one step (a lease ending inside it serves
+# all four again on the next).
+step model env PYTHONPATH="$SITE_OFFICIAL" python3 -m benchmarks.run setup $L
+step sp1 python3 -m benchmarks.run layout tp1_ours_s1 tp1_s1 tp1_s2 tp1_ours_s2 $L \
+  --workloads lat8k,sat
+step sp1_lease beside sp1 tp1_ours_s1 lat8k,sat tp1_s1 tp1_s2 tp1_ours_s2
+step report1 reports
+# Every family, Mamba-2, EP and MLA: the one-GPU tier's plan on this release.
+PLAN_RELEASE=0.34.0
+# shellcheck source=one-gpu-shared.sh
+source "$here/benchmarks/plans/one-gpu-shared.sh"
