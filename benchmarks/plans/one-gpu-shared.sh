@@ -19,10 +19,10 @@ eq_timeout=1500
 export EQ_GPU_UTIL=0.02          # each rank's start-up check only: the KV cache is sized
 export EQ_KV_BYTES=$((1 << 30))  # a rank: ~65k tokens of the 8B shape, more than the prompts need
 dense=(tp1 tp2 tp4 sp2 shift tp2sp2_shift)
-# DeepSeek-V3's engines one at a time on an 80 GiB card (four at once ran out of memory on an
-# H100), two on a larger one.
+# DeepSeek-V3's engines two at a time on an 80 GiB card (four at once, ~54 GiB of weights
+# in seven ranks, ran out of memory at start on an H100), all four on a larger one.
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-ds_jobs=$(( ${gpu_mib:-0} > 100000 ? 2 : 1 ))
+ds_jobs=$(( ${gpu_mib:-0} > 100000 ? 4 : 2 ))
 
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1; pip check'
 # Which collectives work between processes on one GPU, and whether a CUDA graph holds them.
