@@ -246,8 +246,15 @@ def add_fused_allreduce_range(cfg: VllmConfig) -> None:
 
 
 def graph_capture_groups() -> list[GroupCoordinator]:
-    """Groups whose collectives run inside captured CUDA graphs."""
-    return [g for g in (_SP, _FULL_TP) if g is not None and g.world_size > 1]
+    """Groups whose collectives run inside captured CUDA graphs, besides
+    the ones ``parallel_state.graph_capture`` enters itself.  Never the TP
+    group: inside ``as_full_tp`` (a Shift drafter's graphs, vLLM >= 0.34)
+    ``get_tp_group()`` is the full-TP group, and entering it twice would nest
+    its custom all-reduce's capture."""
+    from vllm.distributed import parallel_state
+
+    return [g for g in (_SP, _FULL_TP)
+            if g is not None and g.world_size > 1 and g is not parallel_state._TP]
 
 
 # ---------------------------------------------------------------- all-to-all
