@@ -12,7 +12,6 @@ the core (``ulysses.py``), which runs in the workers, needs none of them.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 from typing import TYPE_CHECKING, Any
@@ -131,11 +130,15 @@ def _check_expert_parallel(pc: ParallelConfig) -> None:
                          "(EPLB) yet: drop --enable-eplb or use -sp 1")
 
 
-# Methods whose drafts are verified in ordinary target steps, with a drafter
-# (if any) that runs in the target's layout: ``shift.place_drafter``.  The
-# others have proposers of their own (Medusa heads, MLP speculators, block
-# drafters, per-group metadata) that nothing here lays out.
+# Up to vLLM 0.33 (V1 proposers): methods whose drafts are verified in
+# ordinary target steps, with a drafter (if any) that runs in the target's
+# layout: ``shift.place_drafter``.  The others have proposers of their own
+# (Medusa heads, MLP speculators, block drafters, per-group metadata) that
+# nothing here lays out.  From 0.34 each speculator's config says so itself
+# (``supports_sp``, patch ``config-spec-decode-with-sp``): ``lays_out_sp``.
 SP_SPECULATIVE_METHODS = ("ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp")
+# Methods without a drafter model: drafts from the token history.
+_MODEL_FREE_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
 def verify_config(config: VllmConfig) -> None:
@@ -199,16 +202,70 @@ def _check_heads(mc: Any, tp: int, sp: int, what: str) -> None:
                          "choose SP dividing or a multiple of the KV heads per TP rank")
 
 
+def lays_out_sp(config_cls: type) -> bool:
+    """Whether SP and Shift lay out the speculator of a vLLM >= 0.34
+    ``SpeculatorConfig`` class: its ``supports_sp``, read from the class that
+    declares the ``speculator_class`` in use (the first in the MRO with it
+    in its own ``vars``), never inherited past it.  A config that only
+    re-configures a laid-out speculator (EAGLE-3, ``ngram_gpu``) takes its
+    owner's flag; one that brings a speculator of its own (Gemma-4 MTP,
+    multi-module MTP, the DFlash family, a plugin's subclass of EAGLE's
+    config with its own class) is refused until it says ``supports_sp``
+    itself: plain inheritance, as upstream's ``supports_pcp`` has, would
+    let them in unreviewed."""
+    for klass in config_cls.__mro__:
+        if "speculator_class" in vars(klass):
+            return bool(vars(klass).get("supports_sp", False))
+    return False
+
+
+def sp_speculative_methods() -> list[str]:
+    """The built-in speculative methods served under SP: up to vLLM 0.33
+    ``SP_SPECULATIVE_METHODS``, from 0.34 those of upstream's method table
+    whose config passes ``lays_out_sp`` (config modules import no
+    speculator, so this runs in any process)."""
+    try:
+        from vllm.v1.worker.gpu.spec_decode import speculator_config as sc
+    except ImportError:
+        return list(SP_SPECULATIVE_METHODS)
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    return sorted(m for m, qualname in sc._CONFIG_BY_METHOD.items()
+                  if lays_out_sp(resolve_obj_by_qualname(qualname)))
+
+
+def _check_method(spec: Any) -> None:
+    """The method (and on vLLM >= 0.34 the speculator its config resolved
+    to: a checkpoint or option may pick another class for the same method),
+    refused in one line that names it."""
+    if not hasattr(type(spec), "speculator_config"):    # up to 0.33
+        if spec.method not in SP_SPECULATIVE_METHODS:
+            raise ValueError(f"sequence_parallel_size > 1 supports speculative decoding by "
+                             f"{', '.join(SP_SPECULATIVE_METHODS)}, not '{spec.method}' yet; "
+                             "choose one of those or use -sp 1")
+        return
+    config_cls = type(spec.speculator_config)
+    if not lays_out_sp(config_cls):
+        method = getattr(spec, "custom_method", None) or spec.method
+        raise ValueError(f"sequence_parallel_size > 1 does not lay out the '{method}' "
+                         f"speculator ({config_cls.__name__}) yet; use one of "
+                         f"{', '.join(sp_speculative_methods())} (MTP with one module), "
+                         "or -sp 1")
+    if getattr(spec, "enable_adaptive_verification", False):
+        # Its varlen decode graphs take token counts from their own grid and
+        # its budgets move verify sizes: not reasoned through for the
+        # threshold nor for SP's graph sizes.
+        raise ValueError("sequence_parallel_size > 1 does not support adaptive verification "
+                         "(enable_adaptive_verification) yet: drop it or use -sp 1")
+
+
 def verify_speculative(config: VllmConfig) -> None:
     """Speculative decoding under SP: the method, and the drafter model held
     to the target's rules (its attention layers run the same exchange, or
     full TP under Shift, and cache the same heads per GPU)."""
     pc, spec = config.parallel_config, config.speculative_config
     sp, tp = pc.sequence_parallel_size, pc.tensor_parallel_size
-    if spec.method not in SP_SPECULATIVE_METHODS:
-        raise ValueError(f"sequence_parallel_size > 1 supports speculative decoding by "
-                         f"{', '.join(SP_SPECULATIVE_METHODS)}, not '{spec.method}' yet; "
-                         "choose one of those or use -sp 1")
+    _check_method(spec)
     if config.model_config.is_hybrid and spec.method != "mtp":
         # A Gated-DeltaNet target speculates with its own MTP layers, which
         # the tests hold to TP=1.  The other methods are untested there:
@@ -217,14 +274,16 @@ def verify_speculative(config: VllmConfig) -> None:
         raise ValueError(f"sequence_parallel_size > 1 speculates on a hybrid model "
                          f"({config.model_config.architecture}) with its MTP layers "
                          f"(method 'mtp'), not '{spec.method}' yet: use 'mtp', or -sp 1")
-    if spec.method in ("ngram", "suffix"):   # no model: drafts verified in target steps
+    if spec.method in _MODEL_FREE_METHODS:   # no model: drafts verified in target steps
         return
-    if importlib.util.find_spec("vllm.v1.spec_decode.llm_base_proposer") is None:
-        # vLLM >= 0.34 drafts on the V2 runner's speculators only; their steps
-        # are not laid out over SP (nor in full TP under Shift) yet.
-        raise ValueError(f"sequence_parallel_size > 1 with a drafter model ('{spec.method}') "
-                         "needs vLLM <= 0.33.0 for now; on this release use n-gram or suffix "
-                         "lookup, or -sp 1")
+    draft_load = getattr(spec, "draft_load_config", None)
+    if getattr(pc, "shift_parallel", False) and draft_load is not None and \
+            draft_load.load_format in ("sharded_state", "tensorizer"):
+        # As for the target (shift.verify_config): a drafter built at TP*SP
+        # (full TP) cannot read one TP layout's shards.
+        raise ValueError(f"--shift-parallel cannot load a '{draft_load.load_format}' drafter "
+                         "checkpoint: it holds one TP layout's shards, the full-TP drafter "
+                         "needs another; use a plain checkpoint")
     if getattr(spec, "parallel_drafting", False):
         raise ValueError("sequence_parallel_size > 1 does not support parallel drafting "
                          "(P-EAGLE) yet: drop parallel_drafting or use -sp 1")
