@@ -359,29 +359,40 @@ def _guard_weight_updates(model: torch.nn.Module, state: _Shift) -> None:
 # ---------------------------------------------------------------- drafter
 
 def place_drafter(drafter: Any, config: VllmConfig) -> Any:
-    """Called by the runner with its speculative proposer: under Shift, a
-    proposer with a model builds it and runs it in the full-TP layout (see
-    the module docstring), borrowing from the full-TP model.  The drafter's
-    attention layers join the runner's own table (the forward context and
-    the KV cache find them as upstream does); ``bind_kv_cache`` leaves
-    them to upstream.  Returns the same object, so the runner's type checks
-    hold.  Without Shift, or for n-gram and suffix lookup, a no-op."""
+    """Called by the runner with its speculative proposer (V1 runner, up to
+    vLLM 0.33) or speculator (V2 runner, from 0.34): under Shift, one with a
+    model builds it and runs it in the full-TP layout (see the module
+    docstring), borrowing from the full-TP model.  The drafter's attention
+    layers join the runner's own table (the forward context and the KV
+    cache find them as upstream does); ``bind_kv_cache`` leaves them to
+    upstream.  Returns the same object, so the runner's type checks hold.
+    Without Shift, or for n-gram and suffix lookup, a no-op: under SP alone
+    the drafter is laid out by the loader's hooks like the target."""
+    if not enabled(config):
+        return drafter
     try:    # the V1 runner's proposers, up to vLLM 0.33
         from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-    except ImportError:     # 0.34 drafts on V2 only; SP refuses a drafter model there
-        return drafter      # (ulysses_config.verify_speculative), so none reaches here
-    if not enabled(config) or not isinstance(drafter, SpecDecodeBaseProposer):
+    except ImportError:
+        SpecDecodeBaseProposer = None
+    if SpecDecodeBaseProposer is not None and isinstance(drafter, SpecDecodeBaseProposer):
+        return _place_proposer(drafter)
+    try:    # the V2 runner's speculators, from vLLM 0.34
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+    except ImportError:
         return drafter
+    if isinstance(drafter, DraftModelSpeculator):
+        return _place_speculator(drafter)
+    return drafter
+
+
+def _place_proposer(drafter: Any) -> Any:
+    """V1: the proposer's ``load_model``, ``propose``, ``dummy_run`` in full
+    TP, its draft config with the full-TP fused all-reduce range."""
     load_model = drafter.load_model
 
     def load_in_full_tp(target: torch.nn.Module) -> None:
-        global _DRAFTING
-        _DRAFTING = True
-        try:
-            with ulysses.as_full_tp():
-                load_model(full_tp_model() or target)
-        finally:
-            _DRAFTING = False
+        with _drafting(), ulysses.as_full_tp():
+            load_model(full_tp_model() or target)
         if _STATE is not None:
             _STATE.drafter_layers = set(drafter._draft_attn_layer_names)
 
@@ -390,6 +401,48 @@ def place_drafter(drafter: Any, config: VllmConfig) -> Any:
         setattr(drafter, name, _in_full_tp(getattr(drafter, name)))
     drafter._create_draft_vllm_config = _with_fused_range(drafter._create_draft_vllm_config)
     return drafter
+
+
+def _place_speculator(speculator: Any) -> Any:
+    """V2 (a ``DraftModelSpeculator``: draft model, EAGLE/EAGLE-3, MTP): its
+    ``load_model``, ``propose``, ``capture`` and ``init_cudagraph_manager`` in
+    full TP.  V2 has no ``dummy_run`` (the runner's ``_dummy_run`` calls
+    ``propose``) and no config factory: the draft config is built inline
+    from ``speculator.vllm_config``, which ``load_model`` sees as a copy
+    with the full-TP fused all-reduce range (the compile backend reads it
+    at model construction); the runner later resolves the graph mode into
+    the shared compilation config, so the copy lives only during the load.
+    ``set_attn``, ``prepare_propose`` and the request hooks build metadata
+    and touch buffers, no process group: they stay outside."""
+    load_model = speculator.load_model
+
+    def load_in_full_tp(target: torch.nn.Module) -> None:
+        runner_config = speculator.vllm_config
+        speculator.vllm_config = _with_fused_range(lambda: runner_config)()
+        try:
+            with _drafting(), ulysses.as_full_tp():
+                load_model(full_tp_model() or target)
+        finally:
+            speculator.vllm_config = runner_config
+        if _STATE is not None:
+            _STATE.drafter_layers = set(speculator.draft_attn_layer_names)
+
+    speculator.load_model = load_in_full_tp
+    for name in ("propose", "capture", "init_cudagraph_manager"):
+        setattr(speculator, name, _in_full_tp(getattr(speculator, name)))
+    return speculator
+
+
+@contextmanager
+def _drafting():
+    """While a drafter is built: ``arrange`` and ``attach`` leave it alone
+    (no full-TP twin of the drafter, ``_STATE`` kept the target's)."""
+    global _DRAFTING
+    _DRAFTING = True
+    try:
+        yield
+    finally:
+        _DRAFTING = False
 
 
 def _with_fused_range(create: Callable) -> Callable:

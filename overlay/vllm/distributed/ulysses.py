@@ -478,6 +478,20 @@ def pad_tokens(num_tokens: int) -> int:
     return -(-num_tokens // sp) * sp
 
 
+def keep_unpadded(descs: list[Any]) -> list[Any]:
+    """The CUDA-graph descriptors (anything with ``num_tokens``) whose size
+    ``pad_tokens`` leaves as it is.  A step that takes a graph is not padded
+    again (vLLM >= 0.34's ``dispatch_cg_and_sync_dp``), so a graph of 3
+    tokens at SP=2 would hand the SP-wrapped model an odd step; without it
+    such a step is padded to 4 and takes the next graph up, or runs eagerly.
+    One rule for the target's and every speculator's graph manager (a
+    drafter's decode sizes, 1..k requests, and k+2-token prefill shapes are
+    upstream's own, not the engine's filtered sizes).  Reads the live view
+    of the groups: inside ``as_full_tp`` (a Shift drafter) nothing is
+    dropped, nor at or below Shift's threshold."""
+    return [d for d in descs if pad_tokens(d.num_tokens) == d.num_tokens]
+
+
 def shard_tokens(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
     n = x.shape[dim] // sp_size()
     return x.narrow(dim, sp_rank() * n, n)
