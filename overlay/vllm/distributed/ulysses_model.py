@@ -44,14 +44,15 @@ def sampled_rows_only(runner: Any, logits_indices: torch.Tensor,
     Why: a prefill step samples one row per request, while the whole step
     is every token's hidden state (128 MiB for an 8k step at a 70B shape),
     gathered on the critical path of every prefill.  Prompt logprobs, a
-    drafter (it reads the target's hidden states of every token) and
-    pooling read the other rows: then the whole step is gathered, as is a
+    drafter that reads the target's hidden states of every token (EAGLE,
+    EAGLE-3, MTP; on vLLM <= 0.33, which does not say which, any drafter)
+    and pooling read the other rows: then the whole step is gathered, as is a
     step whose sampled rows are most of it (decodes), and every step run
     from a CUDA graph captured whole (its gather is part of the graph).
     The other rows of the forward's output are left unwritten."""
     global _ROWS
     if (ulysses.sp_size() == 1 or runner.is_pooling_model
-            or runner.speculative_config is not None
+            or _reads_target_hidden_states(runner.speculative_config)
             or _asks_prompt_logprobs(runner, input_batch)):
         yield
         return
@@ -60,6 +61,14 @@ def sampled_rows_only(runner: Any, logits_indices: torch.Tensor,
         yield
     finally:
         _ROWS = None
+
+
+def _reads_target_hidden_states(spec: Any) -> bool:
+    """Whether the speculator reads the target's hidden states of the whole
+    step: vLLM >= 0.34 says so per speculator config
+    (``SpeculativeConfig.uses_target_hidden_states``; n-gram, suffix and a
+    draft model read none); older releases do not, so any drafter does."""
+    return spec is not None and getattr(spec, "uses_target_hidden_states", True)
 
 
 def _asks_prompt_logprobs(runner: Any, input_batch: Any) -> bool:
