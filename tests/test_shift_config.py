@@ -201,8 +201,8 @@ def test_shift_fuses_allreduce_by_default_without_tp(llama, monkeypatch):
 
 
 @pytest.mark.skipif(tuple(int(x) for x in VERSION.split(".")) >= (0, 34),
-                    reason="the V1 proposer place_drafter wraps is gone from vLLM 0.34; SP "
-                           "with a drafter model is refused there (test_spec_config)")
+                    reason="the V1 proposer place_drafter wraps is gone from vLLM 0.34 "
+                           "(its V2 speculator: the next test)")
 def test_drafter_under_shift_builds_with_its_own_config(llama, monkeypatch, hopper_fusion):
     """Under Shift a drafter runs in the full-TP layout (its all-reduces
     span TP*SP ranks, through the full-TP group's FlashInfer workspace): the
@@ -237,3 +237,76 @@ def test_drafter_under_shift_builds_with_its_own_config(llama, monkeypatch, hopp
     drafter.load_model(object())
     assert seen == [(True, [256, 2048], True)]
     assert drafter.vllm_config is cfg and cfg.compilation_config.compile_ranges_endpoints == [2048]
+
+
+@pytest.mark.skipif(tuple(int(x) for x in VERSION.split(".")) < (0, 34),
+                    reason="vLLM 0.34's V2 speculators (the V1 proposer: the test above)")
+def test_speculator_under_shift_builds_and_runs_in_full_tp(llama, monkeypatch, hopper_fusion):
+    """H5, V2: under Shift a DraftModelSpeculator builds its model with
+    _DRAFTING set (no full-TP twin of the drafter), from the runner's table
+    and a config whose compile ranges fuse at TP*SP, borrowing the full-TP
+    model; the runner's config is back after the load; its drafter layers
+    are recorded for bind_kv_cache; propose, capture and
+    init_cudagraph_manager run inside as_full_tp.  n-gram's speculator and
+    any speculator without Shift are left as they are."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from vllm.distributed import shift, ulysses
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    cfg = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2,
+                        shift_parallel=True, **hopper_fusion)
+    seen, inside = [], []
+
+    @contextmanager
+    def full_tp():
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    full_tp_model = object()
+    monkeypatch.setattr(ulysses, "as_full_tp", full_tp)     # no process groups here
+    monkeypatch.setattr(shift, "_STATE", SimpleNamespace(model=full_tp_model,
+                                                         drafter_layers=set()))
+
+    class Speculator(DraftModelSpeculator):
+        def __init__(self):             # only what place_drafter and load_model touch
+            self.vllm_config = cfg
+
+        def load_draft_model(self, target, names):
+            raise AssertionError("not reached: load_model is the test's")
+
+        def load_model(self, target):   # as upstream's: builds from self.vllm_config
+            cc = self.vllm_config.compilation_config
+            table = cfg.compilation_config.static_forward_context
+            seen.append((cc.pass_config.fuse_allreduce_rms, cc.compile_ranges_endpoints,
+                         cc.static_forward_context is table, target is full_tp_model,
+                         shift._DRAFTING, bool(inside)))
+            self.draft_attn_layer_names = {"draft_model.layers.0.attn"}
+
+        def propose(self, *args, **kwargs):
+            return bool(inside)
+
+        def capture(self):
+            return bool(inside)
+
+        def init_cudagraph_manager(self, mode):
+            return bool(inside)
+
+    drafter = shift.place_drafter(Speculator(), cfg)
+    drafter.load_model(object())
+    assert seen == [(True, [256, 2048], True, True, True, True)]
+    assert drafter.vllm_config is cfg and cfg.compilation_config.compile_ranges_endpoints == [2048]
+    assert not shift._DRAFTING
+    assert shift._STATE.drafter_layers == {"draft_model.layers.0.attn"}
+    assert [drafter.propose(), drafter.capture(), drafter.init_cudagraph_manager(None)] == \
+        [True, True, True]
+    # n-gram lookup has no model to place; without Shift nothing is placed
+    ngram = SimpleNamespace(propose=lambda: bool(inside))
+    assert shift.place_drafter(ngram, cfg) is ngram and ngram.propose() is False
+    plain = engine_config(llama, tensor_parallel_size=2, sequence_parallel_size=2)
+    other = Speculator()
+    assert shift.place_drafter(other, plain) is other and other.propose() is False

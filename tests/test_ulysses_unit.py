@@ -239,6 +239,29 @@ def test_per_head_kv_scales_follow_the_heads(tmp_path):
     run_ranks(kv_scales_on_each_rank, tmp_path, 2, 2)
 
 
+def capture_groups_on_each_rank(rank, world, tp, sp, cfg):
+    """graph_capture_groups: the SP and full-TP groups besides the ones
+    graph_capture enters itself, never the group get_tp_group() is."""
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import ulysses
+
+    outside = ulysses.graph_capture_groups()
+    assert outside == [ulysses.get_sp_group(), ulysses.get_full_tp_group()], outside
+    assert ps.get_tp_group() not in outside
+    with ulysses.as_full_tp():      # a Shift drafter's capture (vLLM >= 0.34)
+        inside = ulysses.graph_capture_groups()
+        assert ps.get_tp_group() is ulysses.get_full_tp_group()
+        assert ps.get_tp_group() not in inside and inside == [], inside
+
+
+@pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
+def test_graph_capture_never_enters_the_tp_group_twice(tmp_path, tp, sp):
+    """H6: inside as_full_tp() the TP group is the full-TP group, which
+    graph_capture enters as the TP group; graph_capture_groups must not
+    return it again (nested custom all-reduce capture)."""
+    run_ranks(capture_groups_on_each_rank, tmp_path, tp, sp)
+
+
 def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):
     """With -dp and SP, MoE layers gather tokens over the DP group (the
     same SP rank of each replica) by the replicas' token counts; inside the
@@ -288,7 +311,11 @@ def test_sampled_rows_gathered_unless_the_step_reads_others(monkeypatch):
 
     assert gathered([3, 15]) == "rows"
     assert gathered([3, 15], num_prompt_logprobs={"r": 0}) == "whole"
-    assert gathered([3, 15], speculative_config=object()) == "whole"
+    assert gathered([3, 15], speculative_config=object()) == "whole"   # vLLM <= 0.33: any
+    # vLLM >= 0.34 says which speculators read the target's hidden states (H7)
+    reads = [gathered([3, 15], speculative_config=SimpleNamespace(uses_target_hidden_states=u))
+             for u in (False, True)]
+    assert reads == ["rows", "whole"]      # n-gram, suffix, draft model; EAGLE, MTP
     assert gathered([3, 15], is_pooling_model=True) == "whole"
     assert gathered(list(range(8))) == "whole"        # decodes: half the step or more
     # V2 (vLLM's default runner for dense models on GPUs): a flag per request

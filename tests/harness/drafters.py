@@ -208,6 +208,21 @@ def make_mimo(root: Path, *, seed: int = 0) -> Path:
     return write_mtp(path, base, weights, t, cfg)
 
 
+def make_mimo_config_mtp2(root: Path) -> Path:
+    """``make_mimo``'s config with two MTP layers (``num_nextn_predict_layers``
+    2, vLLM's ``n_predict``), config only: with ``num_speculative_tokens`` >= 2
+    vLLM 0.34 picks its multi-module MTP speculator for it, which the config
+    tests see refused under SP (no weights are read there)."""
+    path = Path(root) / "mimo-mtp2-config"
+    if (path / "config.json").exists():
+        return path
+    cfg = json.loads((make_mimo(root) / "config.json").read_text())
+    cfg.update(num_nextn_predict_layers=2)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg, indent=1))
+    return path
+
+
 def write_qwen3_next_mtp(path: Path, target: Path, noise, *, fc_std: float = 0.02,
                          scale: float = 1.0) -> Path:
     """``target`` (a Qwen3-Next checkpoint) with the MTP layer Qwen3-Next ships
