@@ -525,8 +525,11 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     model = spec_target(ckpt, spec)
     kwargs = dict(model=str(model), skip_tokenizer_init=True, tensor_parallel_size=tp,
                   max_model_len=sc["max_len"], max_num_batched_tokens=sc["max_batched"], seed=0,
-                  gpu_memory_utilization=float(os.environ.get("EQ_GPU_UTIL", "0.15")),
-                  kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", 2 << 30)))
+                  gpu_memory_utilization=float(os.environ.get("EQ_GPU_UTIL", "0.15")))
+    # EQ_KV_BYTES=auto: vLLM sizes the cache from EQ_GPU_UTIL (from 0.34 on CUDA, the
+    # extensible cache: sized after both of Shift's models captured their graphs)
+    if os.environ.get("EQ_KV_BYTES") != "auto":
+        kwargs["kv_cache_memory_bytes"] = int(os.environ.get("EQ_KV_BYTES", 2 << 30))
     if sp > 1:
         kwargs["sequence_parallel_size"] = sp
     if base in EP:
@@ -555,7 +558,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         # GDN state in float32 (0.26's CPU chunk kernel refuses a bf16 one).
         del kwargs["gpu_memory_utilization"]
         kwargs.update(enforce_eager=True, dtype="bfloat16",
-                      kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", 512 << 20)))
+                      kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", "").replace(
+                          "auto", "") or 512 << 20))
         if tp * sp > 1:
             kwargs["distributed_executor_backend"] = "mp"
         if fam.get("gdn") or fam.get("ssm"):
@@ -652,6 +656,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         "compile_mode": str(cfg.compilation_config.mode),
         "fuse_allreduce_rms": bool(getattr(pass_cfg, "fuse_allreduce_rms", False)),
         "attention_backend": _attention_backend(llm),
+        "kv_cache_memory_bytes": cfg.cache_config.kv_cache_memory_bytes,
+        "extensible_kv_cache": getattr(cfg.cache_config, "enable_extensible_kv_cache", None),
         **({"fusion_groups": fusion_groups} if fusion_groups else {}),
         "rows": rows}))
     print(f"{family} {layout}: start {start_s:.0f} s, run {run_s:.1f} s -> {out}", flush=True)

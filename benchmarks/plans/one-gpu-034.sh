@@ -24,10 +24,17 @@ eq eq_llama_spec llama tp1+ngram shift+ngram tp2sp2_shift+ngram tp1+draft shift+
 for fam in qwen3_next glm4_moe; do
   eq "eq_${fam}_mtp" "$fam" tp1+mtp shift+mtp
 done
+# 0.34.0's extensible KV cache (on by default on CUDA, sized after both of Shift's models
+# captured their graphs; every other row here sizes its cache explicitly, which turns it
+# off): Shift at SP=2 and TP=2 x SP=2, TP=1 and TP=2 at vLLM's sizing, one engine at a time.
+EQ_KV_BYTES=auto EQ_GPU_UTIL=0.2 EQ_JOBS=1 eq_dir=equiv-extensible \
+  eq eq_llama_extensible llama tp1 tp2 shift tp2sp2_shift
 # A worker of `-tp 2 -sp 2 --shift-parallel` killed while requests stream.
 step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.dead_rank shift \
   --ckpt "$CKPT_DIR/llama" --out "$res/dead_rank/shift.json" --gpus 4 --shared-gpu
 step eq_report_spec python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
+step eq_report_extensible python3 -m benchmarks.equivalence report "$res/equiv-extensible" \
+  --md "$res/equiv-extensible/report.md"
 # SP=1: ours against the official wheel, A B B A in one step (a lease ending inside it serves
 # all four again on the next).
 step model env PYTHONPATH="$SITE_OFFICIAL" python3 -m benchmarks.run setup $L
