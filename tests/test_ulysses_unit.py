@@ -262,6 +262,84 @@ def test_graph_capture_never_enters_the_tp_group_twice(tmp_path, tp, sp):
     run_ranks(capture_groups_on_each_rank, tmp_path, tp, sp)
 
 
+def mla_on_each_rank(rank, world, tp, sp, cfg):
+    """Each rank's MLA ``kv_b_proj``, resharded for the heads it attends
+    with, and the q and latent its layer hands the backend."""
+    from vllm.distributed import parallel_state as ps
+    from vllm.distributed import ulysses, ulysses_mla
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
+    from vllm.platforms import current_platform
+
+    t, s = ps.get_tp_group().rank_in_group, ulysses.sp_rank()
+    H, L, P, V, R = 8, 16, 4, 3, 2          # heads, latent, nope, v, rope
+    full = torch.randn(H * (P + V), L, generator=torch.Generator().manual_seed(0))
+    full_bias = torch.arange(H * (P + V), dtype=torch.float32)
+    k = ColumnParallelLinear(L, H * (P + V), bias=True, params_dtype=torch.float32)
+    k._cpu_skip_gemm_dispatch = True        # as MLAAttention sets it, after construction
+    hooked = []
+    k.register_forward_hook(lambda *_: hooked.append(1))
+    plan = ulysses_mla.maybe_plan(H // tp, k)
+    # plain TP over TP*SP's shard for this GPU: full-TP rank t*SP + s
+    g, rows = t * sp + s, H // (tp * sp) * (P + V)
+    assert plan.local_heads == H // (tp * sp) and (k.tp_rank, k.tp_size) == (g, tp * sp)
+    assert k.weight.shape == (rows, L) and k.bias.shape == (rows,), (k.weight.shape, rows)
+    assert all(p.tp_rank == g for p in k.parameters() if hasattr(p, "tp_rank"))
+    k.weight.weight_loader(k.weight, full)
+    k.bias.weight_loader(k.bias, full_bias)
+    assert torch.equal(k.weight, full[g * rows:(g + 1) * rows])
+    assert torch.equal(k.bias, full_bias[g * rows:(g + 1) * rows])
+    # the module is the model's, not built again: what was set on it stays
+    # (without the flag the CPU path would pack the weight for its GEMM)
+    k.quant_method.process_weights_after_loading(k)
+    x = torch.randn(2, L, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(k(x)[0], x @ full[g * rows:(g + 1) * rows].T + k.bias)
+    assert hooked
+
+    # the hand-off: column views of the exchange's buffer, copied only where
+    # a consumer needs them packed (ulysses_mla.packed_inputs)
+    seen = {}
+
+    def attend(q, kv_c, pe, output_shape):
+        seen.update(q=q, kv_c=kv_c)
+        return torch.zeros(output_shape)
+
+    layer = SimpleNamespace(num_heads=plan.local_heads, v_head_dim=V, kv_b_proj=k,
+                            ulysses=plan, _attend=attend)
+    n = 3
+    gen = torch.Generator().manual_seed(10 * t + s)
+    q, kv_c, pe = (torch.randn(*shape, generator=gen) for shape in
+                   [(n, H // tp, P + R), (n, L), (n, 1, R)])
+    want_q, want_kv = ulysses.heads_from_tokens([q.reshape(n, -1), kv_c], [1, sp],
+                                                plan.group)[:2]
+
+    def handed(**flags):
+        ulysses_mla.forward(layer, q, kv_c, pe, None)
+        assert torch.equal(seen["q"].reshape(want_q.shape), want_q)
+        assert torch.equal(seen["kv_c"], want_kv)
+        assert {name: seen[name].is_contiguous() for name in flags} == flags, flags
+
+    handed(q=False, kv_c=False)                      # CPU, unquantized: no copies
+    layer.kv_b_proj = SimpleNamespace(quant_method=object())
+    handed(q=False, kv_c=True)                       # a quantized kv_b_proj's own GEMM
+    is_cpu = current_platform.is_cpu
+    current_platform.is_cpu = lambda: False
+    try:
+        handed(q=True, kv_c=True)                    # a GPU's prefill kernel
+    finally:
+        current_platform.is_cpu = is_cpu
+
+
+def test_mla_kv_b_proj_resharded_and_inputs_packed_where_needed(tmp_path):
+    """MLA under TP=2 x SP=2: ``kv_b_proj`` holds the rows of this GPU's
+    heads (full-TP rank t*SP + s), with the loader and bias
+    ``ColumnParallelLinear`` gives them, on the module the model built (a
+    hook and an attribute set after construction kept: running ``__init__``
+    again dropped them); the backend gets q and the latent as views of the
+    exchange, q packed on GPUs, the latent packed for a quantized
+    ``kv_b_proj``, the same values either way."""
+    run_ranks(mla_on_each_rank, tmp_path, 2, 2)
+
+
 def test_dp_token_counts_are_per_slice_inside_the_sp_model(monkeypatch):
     """With -dp and SP, MoE layers gather tokens over the DP group (the
     same SP rank of each replica) by the replicas' token counts; inside the
