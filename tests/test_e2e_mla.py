@@ -4,7 +4,9 @@ the workload, as TP=1 does.
 
 A tiny random DeepSeek-V3 (harness.models ``deepseek_v3``): q LoRA, a
 latent of 576 per token (the CPU decode kernel's only size), 4 query heads,
-a dense first layer, then MoE with a shared expert and grouped top-k.
+YaRN positions as DeepSeek-V3 publishes them, a dense first layer, then MoE
+with a shared expert and grouped top-k; SP=2 runs a DeepSeek-V2-Lite-shaped
+one instead (``deepseek_v2``: no q LoRA), in the same number of engines.
 Upstream's own TP=2 is the spread, and it equals transformers too (it did
 not before the fix ``cpu-rope-rotates-strided-heads``: 0.78 in prompt
 logprobs with dense layers alone).  SP=2 attends with 2 heads a GPU over
@@ -42,8 +44,13 @@ def test_upstream_tp2(model, family_ref):
     assert_same(family_ref(model), run(model, tp=2, **MLA), what="DeepSeek-V3 TP=2 vs HF")
 
 
-def test_sp2(model, family_ref):
-    assert_same(family_ref(model), run(model, sp=2, **MLA), what="DeepSeek-V3 SP=2 vs HF")
+def test_sp2_without_q_lora(models_dir, family_ref):
+    """SP=2 on DeepSeek-V2-Lite's attention (no q LoRA: the queries from
+    q_proj on the hidden state, YaRN with V2-Lite's mscale) in its own
+    class, DeepseekV2ForCausalLM, greedy top-k MoE.  The q-LoRA model's SP
+    steps are the Shift rows'."""
+    lite = make_model(models_dir, "deepseek_v2", heads=4, kv_heads=4, hidden=256)
+    assert_same(family_ref(lite), run(lite, sp=2, **MLA), what="DeepSeek-V2-Lite SP=2 vs HF")
 
 
 def test_shift_sp2(model, family_ref):
@@ -62,12 +69,15 @@ def test_shift_tp2_sp2_expert_parallel(model, family_ref):
     check_expert_placement(model, got, 4)
 
 
-def test_mtp_under_shift(model, models_dir):
+def test_mtp_under_shift(models_dir):
     """DeepSeek's MTP layer (MLA and MoE) drafting k=1 for its target under
     Shift at TP=2 x SP=2 with EP: the drafter's layer runs in the target's
     layout (the SP exchange, or full TP in full-TP steps); tokens and the
-    drafted and accepted counts are TP=1's with the same MTP."""
-    mtp = make_deepseek_mtp(models_dir, model)
+    drafted and accepted counts are TP=1's with the same MTP.  Its target
+    has plain rotary positions: with YaRN's no draft of this random pair is
+    accepted on the workload, and equal counts of none would check little."""
+    target = make_model(models_dir, "deepseek_v3", heads=4, kv_heads=4, hidden=256, yarn=False)
+    mtp = make_deepseek_mtp(models_dir, target)
     prompts = [([11, 12, 13, 14, 15] * 12)[:57], PROMPTS[1], [7, 8, 9], LONG]
     kw = dict(MLA, max_tokens=16, max_num_seqs=8,
               speculative_config=dict(method="mtp", num_speculative_tokens=1))

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 VOCAB = 512
 
+# rope_scaling as deepseek-ai/DeepSeek-V3's config.json publishes it.
+DEEPSEEK_V3_YARN = dict(beta_fast=32, beta_slow=1, factor=40, mscale=1.0, mscale_all_dim=1.0,
+                        original_max_position_embeddings=4096, type="yarn")
+
 
 def tokenizer(specials: dict[str, str] | None = None, *, vocab: int = VOCAB,
               newlines: bool | None = None, tail: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
@@ -65,8 +69,9 @@ def staging(path: Path) -> Path:
 def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int = 2,
                layers: int = 2, hidden: int = 128, head_dim: int = 32, intermediate: int = 256,
                dtype: str = "float32", seed: int = 0, experts: int = 4,
-               linear_head_dim: int = 32) -> Path:
-    """Write a random checkpoint under ``root`` and return its directory.
+               linear_head_dim: int = 32, yarn: bool = True) -> Path:
+    """Write a random checkpoint under ``root`` and return its directory
+    (``yarn``: DeepSeek's published YaRN positions, else plain rotary).
 
     The directory name encodes the arguments, so a cached checkpoint is reused
     by every test of a session."""
@@ -77,6 +82,8 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     name = f"{arch}-h{heads}x{head_dim}-kv{kv_heads}-l{layers}-d{hidden}-{dtype}-s{seed}"
     if arch == "glm4_moe":
         name += "-g2"
+    if arch in ("deepseek_v3", "deepseek_v2") and yarn:
+        name += "-yarn"
     if arch == "qwen3_next":
         name += f"-lin{linear_head_dim}"
     if experts != 4:
@@ -106,16 +113,35 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
         # Multi-head latent attention as DeepSeek-V3 and Kimi K2 have it: a
         # q LoRA, one latent of 576 (512 + rope 64: the CPU decode kernel's
         # only size) cached per token, the per-head keys and values from it
-        # (nope and v 64); a dense first layer, then MoE with a shared expert
-        # and grouped top-k (noaux_tc: score correction bias, two groups).
+        # (nope and v 64), YaRN positions as DeepSeek-V3 publishes them
+        # (deepseek_yarn in vLLM: its softmax scale grows by the mscale);
+        # a dense first layer, then MoE with a shared expert and grouped
+        # top-k (noaux_tc: score correction bias, two groups).
         common.pop("head_dim")
+        if yarn:
+            common["max_position_embeddings"] = 163840
         cfg = transformers.DeepseekV3Config(
             **common, kv_lora_rank=512, q_lora_rank=64, qk_rope_head_dim=64,
             qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=experts,
             num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=intermediate // 2,
-            first_k_dense_replace=1, n_group=2, topk_group=1, rope_scaling=None)
+            first_k_dense_replace=1, n_group=2, topk_group=1,
+            rope_scaling=DEEPSEEK_V3_YARN if yarn else None)
         cfg.topk_method, cfg.scoring_func = "noaux_tc", "sigmoid"
         cls = transformers.DeepseekV3ForCausalLM
+    elif arch == "deepseek_v2":
+        # DeepSeek-V2-Lite's attention: no q LoRA (q_proj straight from the
+        # hidden state), the same latent, YaRN as V2-Lite publishes it
+        # (mscale 0.707); a dense first layer, then greedy top-k softmax MoE
+        # with a shared expert.
+        common.pop("head_dim")
+        common["max_position_embeddings"] = 163840
+        cfg = transformers.DeepseekV2Config(
+            **common, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+            qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=experts,
+            num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=intermediate // 2,
+            first_k_dense_replace=1, topk_method="greedy", n_group=1, topk_group=1,
+            rope_scaling=dict(DEEPSEEK_V3_YARN, mscale=0.707, mscale_all_dim=0.707))
+        cls = transformers.DeepseekV2ForCausalLM
     elif arch == "mixtral":
         cfg = transformers.MixtralConfig(**common, num_local_experts=experts,
                                          num_experts_per_tok=2)
