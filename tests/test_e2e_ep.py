@@ -8,8 +8,9 @@ the SP model's dispatch over all four ranks (TP x SP, with the TP split),
 the full-TP model's plain EP, and their sharing one set of experts, more
 experts than GPUs; n-gram
 speculation's verify steps on the same layout; DP x SP with EP is
-test_e2e_scaleout's `-dp 2 -sp 2`, Llama 4's and GPT-OSS's rows
-test_e2e_families'."""
+test_e2e_scaleout's `-dp 2 -sp 2`, upstream's DP x TP with EP of GLM-4.5
+and Granite 4.0-H (the blocks our patches make sequence-parallel) its
+`-dp 2 -tp 2`, Llama 4's and GPT-OSS's rows test_e2e_families'."""
 
 from __future__ import annotations
 

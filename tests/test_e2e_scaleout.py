@@ -3,7 +3,9 @@ pipeline parallelism (SP inside each stage) through vLLM's multi-node launch
 with two node ranks on loopback (SP inside a node, PP across nodes), and data
 parallelism (`vllm serve -dp 2 -sp 2 --enable-expert-parallel` of a MoE
 model: two SP replicas on one node, requests spread over both, the experts
-split over all four ranks), each equal to TP=1.  The servers' reference is
+split over all four ranks), and upstream's `-dp 2 -tp 2` with EP of the two
+MoE blocks our patches make sequence-parallel (GLM-4.5, Granite 4.0-H), each
+equal to TP=1.  The servers' reference is
 transformers' greedy tokens and logprobs (TP=1 equals transformers:
 test_e2e_sp).
 
@@ -28,7 +30,7 @@ import pytest
 
 from harness.client import post, samples
 from harness.compare import hf_run
-from harness.models import make_model
+from harness.models import make_mamba2, make_model
 from harness.net import free_port
 from harness.server import serve
 from harness.workload import PROMPTS
@@ -119,3 +121,29 @@ def test_data_parallel_sp(moe, tmp_path):
     assert held and set(held) == {("1", "4")}, held     # (one line an engine)
     assert set(served) == {"0", "1"} and all(served.values()), served
     assert sum(served.values()) == len(SERVED), served
+
+
+@pytest.mark.parametrize("arch", ["glm4_moe", "granitemoehybrid"])
+def test_upstream_data_parallel_tp_expert_parallel(arch, models_dir, tmp_path):
+    """Upstream's own DP x TP with EP (`-dp 2 -tp 2 --enable-expert-parallel`,
+    no SP) of GLM-4.5 and Granite 4.0-H: the layout whose MoE blocks our
+    patches glm4-moe-sequence-parallel-moe and
+    granitemoehybrid-sequence-parallel-moe make sequence-parallel (upstream's
+    use_sequence_parallel_moe: each TP rank dispatches its 1/TP of the
+    tokens, the shared expert unsharded on them, the rows gathered back over
+    TP), one expert of 4 a rank; the server answers like transformers from
+    both replicas."""
+    model = (make_model(models_dir, arch) if arch == "glm4_moe"
+             else make_mamba2(models_dir, arch, groups=1))
+    ref = hf_run(model, [SERVED], max_tokens=8, prompt_logprobs=False)
+    args = ["-dp", "2", "-tp", "2", "--enable-expert-parallel",
+            "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
+    with serve(model, args, tmp_path / "server.log", ranks=4) as base:
+        tokens, logprobs = complete_all(base, model)
+        served = served_per_engine(base)
+    assert_served_like(ref, tokens, logprobs, f"{arch}, DP=2 x TP=2 with EP vs the reference")
+    held = re.findall(r"Local/global number of experts: (\d+)/(\d+)",
+                      (tmp_path / "server.log").read_text())
+    assert held and set(held) == {("1", "4")}, held
+    assert set(served) == {"0", "1"} and all(served.values()), served
+
