@@ -1,16 +1,14 @@
-"""Expert parallelism on the real CPU engine.  Upstream's own layout first,
-the spread every EP row of ours is judged against: `-tp 2
---enable-expert-parallel` (each rank holds half the experts and runs only
-the routes to them: patch cpu-moe-honours-expert-map; without it the CPU
-kernel indexed its weights by global expert ids and the worker died).  Then
-EP over the SP ranks (ulysses_moe): one Shift engine at TP=2 x SP=2 covers
-the SP model's dispatch over all four ranks (TP x SP, with the TP split),
-the full-TP model's plain EP, and their sharing one set of experts, more
-experts than GPUs; n-gram
-speculation's verify steps on the same layout; DP x SP with EP is
-test_e2e_scaleout's `-dp 2 -sp 2`, upstream's DP x TP with EP of GLM-4.5
+"""Expert parallelism on the real CPU engine: EP over the SP ranks
+(ulysses_moe).  One Shift engine at TP=2 x SP=2 covers the SP model's
+dispatch over all four ranks (TP x SP, with the TP split), the full-TP
+model's plain EP, and their sharing one set of experts, more experts than
+GPUs; n-gram speculation's verify steps on the same layout; DP x SP with EP
+is test_e2e_scaleout's `-dp 2 -sp 2`, upstream's DP x TP with EP of GLM-4.5
 and Granite 4.0-H (the blocks our patches make sequence-parallel) its
-`-dp 2 -tp 2`, Llama 4's and GPT-OSS's rows test_e2e_families'."""
+`-dp 2 -tp 2`, whose ranks hold one expert of four each: the CPU kernel's
+expert map (patch cpu-moe-honours-expert-map; without it the kernel indexed
+its weights by global expert ids and the worker died) runs there, as in
+every EP row here; Llama 4's and GPT-OSS's rows are test_e2e_families'."""
 
 from __future__ import annotations
 
@@ -22,17 +20,6 @@ from harness.models import make_model
 from harness.workload import BLOCK, check_expert_placement, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
-
-
-def test_upstream_tp2_expert_parallel(models_dir, family_ref):
-    """Qwen3-MoE (4 experts, top-2) at `-tp 2 --enable-expert-parallel`:
-    two experts a rank, the workload (chunked prefill, prefix-cache hits)
-    equal to transformers, as TP=1 is (test_e2e_sp)."""
-    model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
-    got = run(model, tp=2, enable_expert_parallel=True)
-    assert_same(family_ref(model), got, what="Qwen3-MoE -tp 2 with EP vs transformers")
-    check_prefix_cache(got)
-    check_expert_placement(model, got, 2)
 
 
 def test_shift_tp2_sp2_expert_parallel(models_dir, family_ref):
