@@ -528,8 +528,9 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
                   gpu_memory_utilization=float(os.environ.get("EQ_GPU_UTIL", "0.15")))
     # EQ_KV_BYTES=auto: vLLM sizes the cache from EQ_GPU_UTIL (from 0.34 on CUDA, the
     # extensible cache: sized after both of Shift's models captured their graphs)
-    if os.environ.get("EQ_KV_BYTES") != "auto":
-        kwargs["kv_cache_memory_bytes"] = int(os.environ.get("EQ_KV_BYTES", 2 << 30))
+    kv_bytes = os.environ.get("EQ_KV_BYTES")
+    if kv_bytes != "auto":
+        kwargs["kv_cache_memory_bytes"] = int(kv_bytes or 2 << 30)
     if sp > 1:
         kwargs["sequence_parallel_size"] = sp
     if base in EP:
@@ -558,8 +559,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         # GDN state in float32 (0.26's CPU chunk kernel refuses a bf16 one).
         del kwargs["gpu_memory_utilization"]
         kwargs.update(enforce_eager=True, dtype="bfloat16",
-                      kv_cache_memory_bytes=int(os.environ.get("EQ_KV_BYTES", "").replace(
-                          "auto", "") or 512 << 20))
+                      kv_cache_memory_bytes=int(kv_bytes) if kv_bytes not in (None, "auto")
+                      else 512 << 20)
         if tp * sp > 1:
             kwargs["distributed_executor_backend"] = "mp"
         if fam.get("gdn") or fam.get("ssm"):

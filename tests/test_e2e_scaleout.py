@@ -97,6 +97,24 @@ def test_two_nodes(llama, served_ref, tmp_path):
     assert_served_like(served_ref, tokens, logprobs, "two nodes, PP=2 x SP=2 vs the reference")
 
 
+def serve_two_replicas_with_ep(model, layout: list[str], tmp_path, what: str) -> dict[str, float]:
+    """`vllm serve -dp 2 LAYOUT --enable-expert-parallel` on four ranks: SERVED
+    answered like transformers, one expert of four a rank, both replicas
+    serving; the requests each replica finished."""
+    ref = hf_run(model, [SERVED], max_tokens=8, prompt_logprobs=False)
+    args = ["-dp", "2", *layout, "--enable-expert-parallel",
+            "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
+    with serve(model, args, tmp_path / "server.log", ranks=4) as base:
+        tokens, logprobs = complete_all(base, model)
+        served = served_per_engine(base)
+    assert_served_like(ref, tokens, logprobs, f"{what} with EP vs the reference")
+    held = re.findall(r"Local/global number of experts: (\d+)/(\d+)",
+                      (tmp_path / "server.log").read_text())
+    assert held and set(held) == {("1", "4")}, held     # (one line an engine)
+    assert set(served) == {"0", "1"} and all(served.values()), served
+    return served
+
+
 def test_data_parallel_sp(moe, tmp_path):
     """vLLM's data parallelism with an SP=2 engine per replica (`-dp 2 -sp 2
     --enable-expert-parallel`, 4 ranks on one node, internal load balancing)
@@ -109,17 +127,7 @@ def test_data_parallel_sp(moe, tmp_path):
     answers like TP=1 from both replicas.  DP across nodes (hybrid load
     balancing: 8 ranks, 3 minutes on the 2-core CI machine) adds upstream's
     handshake between the nodes, not run here."""
-    ref = hf_run(moe, [SERVED], max_tokens=8, prompt_logprobs=False)
-    args = ["-dp", "2", "-sp", "2", "--enable-expert-parallel",
-            "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
-    with serve(moe, args, tmp_path / "server.log", ranks=4) as base:
-        tokens, logprobs = complete_all(base, moe)
-        served = served_per_engine(base)
-    assert_served_like(ref, tokens, logprobs, "MoE, DP=2 x SP=2 with EP vs the reference")
-    held = re.findall(r"Local/global number of experts: (\d+)/(\d+)",
-                      (tmp_path / "server.log").read_text())
-    assert held and set(held) == {("1", "4")}, held     # (one line an engine)
-    assert set(served) == {"0", "1"} and all(served.values()), served
+    served = serve_two_replicas_with_ep(moe, ["-sp", "2"], tmp_path, "MoE, DP=2 x SP=2")
     assert sum(served.values()) == len(SERVED), served
 
 
@@ -135,15 +143,5 @@ def test_upstream_data_parallel_tp_expert_parallel(arch, models_dir, tmp_path):
     both replicas."""
     model = (make_model(models_dir, arch) if arch == "glm4_moe"
              else make_mamba2(models_dir, arch, groups=1))
-    ref = hf_run(model, [SERVED], max_tokens=8, prompt_logprobs=False)
-    args = ["-dp", "2", "-tp", "2", "--enable-expert-parallel",
-            "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
-    with serve(model, args, tmp_path / "server.log", ranks=4) as base:
-        tokens, logprobs = complete_all(base, model)
-        served = served_per_engine(base)
-    assert_served_like(ref, tokens, logprobs, f"{arch}, DP=2 x TP=2 with EP vs the reference")
-    held = re.findall(r"Local/global number of experts: (\d+)/(\d+)",
-                      (tmp_path / "server.log").read_text())
-    assert held and set(held) == {("1", "4")}, held
-    assert set(served) == {"0", "1"} and all(served.values()), served
+    serve_two_replicas_with_ep(model, ["-tp", "2"], tmp_path, f"{arch}, DP=2 x TP=2")
 
