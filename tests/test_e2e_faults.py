@@ -11,7 +11,7 @@ cases run with FAULTS_LAYOUTS=sp,tp.
   server is healthy with nothing running and the KV cache empty.
 - A stalled rank (SIGSTOP): resumed after 5 s, every stream finishes with
   exact output; never resumed, vLLM's execute-model timeout
-  (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 20 s here, 300 s by default) ends
+  (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 12 s here, 300 s by default) ends
   every stream with an error, the server exits, and nothing is left behind.
 - A killed rank (SIGKILL): while a long prompt's prefill hands over to
   decodes (under Shift: the step where SP mode switches to full TP), every
@@ -44,7 +44,7 @@ from harness.models import VOCAB, with_json_words
 
 pytestmark = pytest.mark.e2e
 
-STALL_TIMEOUT_S = 20            # VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS of these servers
+STALL_TIMEOUT_S = 12            # VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS of these servers
 LAYOUTS = {"sp": ["-sp", "2", "--shift-parallel", "--shift-parallel-threshold", "8"],
            "tp": ["-tp", "2"]}
 RANK1 = {"sp": "Worker_SP1", "tp": "Worker_TP1"}
