@@ -2,13 +2,14 @@
 (ulysses_moe).  One Shift engine at TP=2 x SP=2 covers the SP model's
 dispatch over all four ranks (TP x SP, with the TP split), the full-TP
 model's plain EP, and their sharing one set of experts, more experts than
-GPUs; n-gram speculation's verify steps on the same layout; DP x SP with EP
-is test_e2e_scaleout's `-dp 2 -sp 2`, upstream's DP x TP with EP of GLM-4.5
-and Granite 4.0-H (the blocks our patches make sequence-parallel) its
-`-dp 2 -tp 2`, whose ranks hold one expert of four each: the CPU kernel's
-expert map (patch cpu-moe-honours-expert-map; without it the kernel indexed
-its weights by global expert ids and the worker died) runs there, as in
-every EP row here; Llama 4's and GPT-OSS's rows are test_e2e_families'."""
+GPUs; n-gram speculation's verify steps on the same layout (the suite's
+n-gram row); DP x SP with EP is test_e2e_scaleout's `-dp 2 -sp 2`,
+upstream's DP x TP with EP of GLM-4.5 and Granite 4.0-H (the blocks our
+patches make sequence-parallel) its `-dp 2 -tp 2`, whose ranks hold one
+expert of four each: the CPU kernel's expert map (patch
+cpu-moe-honours-expert-map; without it the kernel indexed its weights by
+global expert ids and the worker died) runs there, as in every EP row
+here; Llama 4's and GPT-OSS's rows are test_e2e_families'."""
 
 from __future__ import annotations
 
@@ -50,10 +51,11 @@ def test_moe_block_that_does_not_split_tokens_is_refused(models_dir):
 
 
 def test_ngram_under_shift_expert_parallel(models_dir):
-    """n-gram speculation under Shift with EP: the verify steps (several
-    tokens a request, padded to SP) dispatch over the EP group like any
-    other step, and the drafts are TP=1's.  Repetitive prompts, so that
-    lookup finds n-grams."""
+    """n-gram speculation under Shift with EP, the suite's n-gram row: the
+    verify steps (several tokens a request, padded to SP) pick their mode by
+    size and dispatch over the EP group like any other step, with the
+    target's KV heads replicated (2 over TP x SP = 4), and the drafts are
+    TP=1's.  Repetitive prompts, so that lookup finds n-grams."""
     model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2)
     prompts = [([11, 12, 13, 14, 15] * 12)[:57], ([30, 31, 32, 33] * 20)[:77], [7, 8, 9]]
     spec = dict(speculative_config=dict(method="ngram", num_speculative_tokens=3,
@@ -64,4 +66,6 @@ def test_ngram_under_shift_expert_parallel(models_dir):
                      shift_parallel_threshold=8, enable_expert_parallel=True, **spec)
     assert_same(ref, got, what="ngram, TP=2xSP=2 shift with EP vs TP=1")
     assert got.spec == ref.spec and got.spec["accepted"] > 0, (got.spec, ref.spec)
+    served = [rank["served"] for rank in got.shift]
+    assert all(s["sp"] >= 2 and s["full_tp"] >= 5 for s in served), served
     check_expert_placement(model, got, 4)
