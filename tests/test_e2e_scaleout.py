@@ -100,9 +100,11 @@ def test_two_nodes(llama, served_ref, tmp_path):
 def serve_two_replicas_with_ep(model, layout: list[str], tmp_path, what: str) -> dict[str, float]:
     """`vllm serve -dp 2 LAYOUT --enable-expert-parallel` on four ranks: SERVED
     answered like transformers, one expert of four a rank, both replicas
-    serving; the requests each replica finished."""
+    serving; the requests each replica finished.  One API server, which
+    balances over both replicas (vLLM starts one a replica by default: a
+    process more to start, and nothing these rows check)."""
     ref = hf_run(model, [SERVED], max_tokens=8, prompt_logprobs=False)
-    args = ["-dp", "2", *layout, "--enable-expert-parallel",
+    args = ["-dp", "2", *layout, "--enable-expert-parallel", "--api-server-count", "1",
             "--data-parallel-rpc-port", str(free_port()), *SERVE_ARGS]
     with serve(model, args, tmp_path / "server.log", ranks=4) as base:
         tokens, logprobs = complete_all(base, model)
