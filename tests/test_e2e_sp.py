@@ -21,8 +21,9 @@ test_e2e_shift; Mistral's class is Llama's attention with a sliding
 window, which Gemma 3 (window 32) and GPT-OSS (window 16) run where it
 binds.
 
-SP=2 compiled with Inductor runs in test_e2e_shift (its prefill steps run
-the SP model's compiled graphs, with the exchange op inside).
+SP=2 compiled with Inductor runs in test_e2e_spec's EAGLE-3 row (under
+Shift at SP=2: its prefill steps run the SP model's compiled graphs, with
+the exchange op inside).
 
 The workload (harness.workload): odd lengths (steps padded to a multiple of
 SP), one longer than a chunk (chunked prefill with a 64-token budget), and a
