@@ -4,8 +4,9 @@ loopback), and vLLM's Ray executor places ranks by Ray's node ids, so its
 layout logic runs exactly as across machines (the bytes go over loopback).
 
 PP=2 x SP=2 across the two nodes (SP inside each) on RayExecutorV2 equals
-TP=1 (this is also the suite's PP x SP run on V2: test_e2e_ray runs the
-other Ray layouts on one node); a TP x SP group that the placement group
+TP=1, as transformers, on the workload with 4 tokens a request (SHORT); this
+is also the suite's PP x SP run on V2 (test_e2e_ray runs the other Ray
+layouts on one node).  A TP x SP group that the placement group
 had to split across the nodes is refused before any model is loaded, with
 the bytes its all-to-alls would send (patch
 ray-executors-keep-sp-groups-on-a-node).  Each node offers Ray 2 CPUs, so
@@ -19,7 +20,7 @@ import pytest
 
 from harness.compare import assert_same
 from harness.ray_cluster import check_ray_ranks, ray_nodes
-from harness.workload import check_prefix_cache, run
+from harness.workload import SHORT, check_prefix_cache, reference, run
 
 pytestmark = pytest.mark.e2e
 
@@ -36,16 +37,17 @@ def two_nodes():
         yield env
 
 
-def test_pp_across_nodes_sp_within(llama, llama_ref, two_nodes):
+def test_pp_across_nodes_sp_within(llama, two_nodes):
     got = run(llama, sp=2, pipeline_parallel_size=2, distributed_executor_backend="ray",
-              env={**two_nodes, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"})
+              env={**two_nodes, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"}, **SHORT)
     check_ray_ranks(got.log, "RayWorkerProc", tp=1, sp=2)
     # Local ranks count a node's ranks (V2 numbers them per Ray node id):
     # ranks 2, 3 start again at 0 on the second node.  (Ray's log prefixes
     # cannot tell: both nodes' log monitors read this machine's worker logs.)
     local = dict(re.findall(r"world_size=4 rank=(\d) local_rank=(\d)", got.log))
     assert local == {"0": "0", "1": "1", "2": "0", "3": "1"}, got.log[-3000:]
-    assert_same(llama_ref, got, what="Ray, 2 nodes: PP=2 across x SP=2 within vs TP=1")
+    assert_same(reference(llama, **SHORT), got,
+                what="Ray, 2 nodes: PP=2 across x SP=2 within vs HF")
     check_prefix_cache(got)
 
 
