@@ -70,6 +70,13 @@ def llama_ref(llama):
 
 
 @pytest.fixture(scope="session")
+def llama_short_ref(llama):
+    """The workload with 4 tokens a request (``workload.SHORT``), in
+    transformers: the Ray rows' reference (test_e2e_ray, test_e2e_ray_nodes)."""
+    return workload.reference(llama, **workload.SHORT)
+
+
+@pytest.fixture(scope="session")
 def family_ref():
     """model directory -> the workload in transformers (harness.workload.
     reference), computed once per session: the reference of the other

@@ -21,17 +21,11 @@ import pytest
 
 from harness.compare import assert_same
 from harness.ray_cluster import LOOPBACK, check_ray_ranks, ray_nodes
-from harness.workload import SHORT, check_prefix_cache, reference, run
+from harness.workload import SHORT, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
 RAY_CPUS = 4
-
-
-@pytest.fixture(scope="module")
-def short_ref(llama):
-    """The workload with 4 tokens a request (``SHORT``), in transformers."""
-    return reference(llama, **SHORT)
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +44,12 @@ def ray_cluster():
     ("v2", 2, 2, 1),
     ("compiled-graph", 1, 2, 2),
 ])
-def test_sp_on_ray(llama, short_ref, ray_cluster, executor, tp, sp, pp):
+def test_sp_on_ray(llama, llama_short_ref, ray_cluster, executor, tp, sp, pp):
     env = {**ray_cluster,
            "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1" if executor == "v2" else "0"}
     got = run(llama, tp=tp, sp=sp, pipeline_parallel_size=pp,
               distributed_executor_backend="ray", env=env, **SHORT)
     check_ray_ranks(got.log, "RayWorkerProc" if executor == "v2" else "RayWorkerWrapper", tp, sp,
                     pp)
-    assert_same(short_ref, got, what=f"Ray ({executor}) PP={pp} x TP={tp} x SP={sp} vs HF")
+    assert_same(llama_short_ref, got, what=f"Ray ({executor}) PP={pp} x TP={tp} x SP={sp} vs HF")
     check_prefix_cache(got)

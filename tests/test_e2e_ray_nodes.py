@@ -20,7 +20,7 @@ import pytest
 
 from harness.compare import assert_same
 from harness.ray_cluster import check_ray_ranks, ray_nodes
-from harness.workload import SHORT, check_prefix_cache, reference, run
+from harness.workload import SHORT, check_prefix_cache, run
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +37,7 @@ def two_nodes():
         yield env
 
 
-def test_pp_across_nodes_sp_within(llama, two_nodes):
+def test_pp_across_nodes_sp_within(llama, llama_short_ref, two_nodes):
     got = run(llama, sp=2, pipeline_parallel_size=2, distributed_executor_backend="ray",
               env={**two_nodes, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "1"}, **SHORT)
     check_ray_ranks(got.log, "RayWorkerProc", tp=1, sp=2)
@@ -46,8 +46,7 @@ def test_pp_across_nodes_sp_within(llama, two_nodes):
     # cannot tell: both nodes' log monitors read this machine's worker logs.)
     local = dict(re.findall(r"world_size=4 rank=(\d) local_rank=(\d)", got.log))
     assert local == {"0": "0", "1": "1", "2": "0", "3": "1"}, got.log[-3000:]
-    assert_same(reference(llama, **SHORT), got,
-                what="Ray, 2 nodes: PP=2 across x SP=2 within vs HF")
+    assert_same(llama_short_ref, got, what="Ray, 2 nodes: PP=2 across x SP=2 within vs HF")
     check_prefix_cache(got)
 
 
