@@ -365,3 +365,26 @@ def test_graph_sizes_kept_are_multiples_of_sp(llama, models_dir, monkeypatch, sp
     assert all(n % sp == 0 for n in under_shift if n > t), under_shift
     assert t in token_sizes and t in under_shift, (t, token_sizes)
     assert kept(1) == sizes                        # SP=1 (a Shift drafter in full TP)
+
+
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("method", ["draft_model", "eagle3"])
+def test_resolved_sizes_survive_a_second_resolution(llama, models_dir, method, shift):
+    """A drafter's config is the target's passed through ``replace`` (0.34's
+    draft-model speculator), which resolves the CUDA-graph sizes again;
+    upstream refuses a second resolution that changes the sizes it
+    recorded, and those include the drafter's one-token decode graphs, which
+    are no multiples of SP.  So resolving again leaves every size as it
+    was, under SP and Shift."""
+    target, spec = spec_for(method, llama, models_dir)
+    cfg = engine_config(target, sequence_parallel_size=2, shift_parallel=shift,
+                        speculative_config=spec, max_num_batched_tokens=1024,
+                        max_num_seqs=64)
+    graph_sizes(cfg, spec["num_speculative_tokens"])
+    cc = cfg.compilation_config
+    names = [n for n in ("cudagraph_capture_sizes", "max_cudagraph_capture_size",
+                         "prefill_cudagraph_capture_token_sizes",
+                         "decode_cudagraph_capture_request_sizes") if hasattr(cc, n)]
+    first = {n: getattr(cc, n) for n in names}
+    cfg._set_cudagraph_sizes()
+    assert {n: getattr(cc, n) for n in names} == first

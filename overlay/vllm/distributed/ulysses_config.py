@@ -416,6 +416,22 @@ def shift_threshold(config: VllmConfig | ParallelConfig) -> int:
     return -(-pc.shift_parallel_threshold // m) * m
 
 
+def sizes_resolved(config: VllmConfig) -> bool:
+    """Whether vLLM resolved this config's CUDA-graph sizes before: from
+    0.34 a resolved config records both the deprecated shared sizes and
+    the prefill and decode ones, and ``replace`` (a drafter's config is the
+    target's, replaced) resolves them again, refusing any change.  The
+    recorded sizes passed through here once and hold the drafters'
+    one-token decode graphs besides, which are no multiples of SP (their
+    managers keep only what SP padding leaves as it is:
+    ``ulysses.keep_unpadded``), so they are left as they are."""
+    cc = config.compilation_config
+    return cc.cudagraph_capture_sizes is not None and all(
+        getattr(cc, name, None) is not None
+        for name in ("prefill_cudagraph_capture_token_sizes",
+                     "decode_cudagraph_capture_request_sizes"))
+
+
 def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     """CUDA-graph capture sizes must be multiples of SP: a padded step has
     to land on a captured size to replay it.  With speculative decoding
@@ -428,7 +444,7 @@ def filter_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     only), so one request decodes through a one-token graph, as under TP."""
     pc = config.parallel_config
     sp = pc.sequence_parallel_size
-    if sp == 1:
+    if sp == 1 or sizes_resolved(config):
         return sizes
     t = shift_threshold(config) if getattr(pc, "shift_parallel", False) else 0
     d = tokens_per_request(config)
