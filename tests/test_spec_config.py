@@ -370,8 +370,9 @@ def test_graph_sizes_kept_are_multiples_of_sp(llama, models_dir, monkeypatch, sp
 @pytest.mark.parametrize("shift", [False, True])
 @pytest.mark.parametrize("method", ["draft_model", "eagle3"])
 def test_resolved_sizes_survive_a_second_resolution(llama, models_dir, method, shift):
-    """A drafter's config is the target's passed through ``replace`` (0.34's
-    draft-model speculator), which resolves the CUDA-graph sizes again;
+    """0.34 passes a resolved config through ``replace`` (a draft model's
+    config; the key of FlashInfer's autotune cache at warm-up, with any
+    speculator), which resolves the CUDA-graph sizes again;
     upstream refuses a second resolution that changes the sizes it
     recorded, and those include the drafter's one-token decode graphs, which
     are no multiples of SP.  So resolving again leaves every size as it

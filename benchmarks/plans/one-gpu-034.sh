@@ -18,9 +18,10 @@ L="--shape $S"
 step fi_version bash -c 'python3 -c "import flashinfer; print(\"flashinfer\", flashinfer.__version__)"; nvcc --version | tail -1; pip check'
 eq_timeout=600 eq eq_llama llama tp1 tp2 tp4 sp2 shift tp2sp2_shift
 # Each method at TP=1 and under Shift (SP=2 and TP=2 x SP=2); the draft model also in
-# float32 (+draft32: whether a bf16 gap in acceptance is rounding).
+# float32 (+draft32: whether a bf16 gap in acceptance is rounding), and at SP=2 without
+# Shift (its config is resolved twice there too: ulysses_config.sizes_resolved).
 eq eq_llama_spec llama tp1+ngram shift+ngram tp2sp2_shift+ngram tp1+draft shift+draft \
-  tp1+eagle3 shift+eagle3 tp2sp2_shift+eagle3 tp1+draft32 shift+draft32
+  tp1+eagle3 shift+eagle3 tp2sp2_shift+eagle3 tp1+draft32 shift+draft32 sp2+draft
 # TP=2 with MTP: upstream's own spread, the bound where Shift's target leaves TP=1's greedy
 # path on most prompts (Qwen3-Next's did on 5 of 9 on an H100).
 for fam in qwen3_next glm4_moe; do

@@ -419,8 +419,9 @@ def shift_threshold(config: VllmConfig | ParallelConfig) -> int:
 def sizes_resolved(config: VllmConfig) -> bool:
     """Whether vLLM resolved this config's CUDA-graph sizes before: from
     0.34 a resolved config records both the deprecated shared sizes and
-    the prefill and decode ones, and ``replace`` (a drafter's config is the
-    target's, replaced) resolves them again, refusing any change.  The
+    the prefill and decode ones, and ``replace`` resolves them again,
+    refusing any change (a draft model's config is the target's, replaced;
+    so is the key of FlashInfer's autotune cache at warm-up).  The
     recorded sizes passed through here once and hold the drafters'
     one-token decode graphs besides, which are no multiples of SP (their
     managers keep only what SP padding leaves as it is:
