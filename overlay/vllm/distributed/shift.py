@@ -181,9 +181,8 @@ def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     all-reduce's 8 MiB buffer and are captured as NCCL kernels), memory vLLM
     does not count when it sizes the KV cache: Shift's start ran out of it
     on 4xH100 (benchmarks/results/2026-11-26-4gpu-70b-fp8-tier1/).  Sizes
-    the user set are kept, and a config resolved before is left as it is
-    (``ulysses_config.sizes_resolved``)."""
-    if not enabled(config) or not sizes or ulysses_config.sizes_resolved(config):
+    the user set are kept (so a config resolved again keeps its own)."""
+    if not enabled(config) or not sizes:
         return sizes
     t = effective_threshold(config)
     cc = config.compilation_config
