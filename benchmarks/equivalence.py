@@ -846,11 +846,17 @@ def _distance(a: dict, ref: dict) -> dict:
     # Absent from rows run before it was kept.
     first = [abs(ra["gen_lp_cached"][0] - ra["gen_lp"][0])
              for ra in a["rows"] if ra.get("gen_lp_cached") and ra.get("gen_lp")]
+    # The same token against TP=1's 2nd round (the same cache-hit kernels): a wrong row
+    # gathered moves round 2 away from both, a near-tie flipped in round 1 from neither.
+    first_ref = [abs(ra["gen_lp_cached"][0] - rr["gen_lp_cached"][0])
+                 for ra, rr in zip(a["rows"], ref["rows"])
+                 if ra.get("gen_lp_cached") and rr.get("gen_lp_cached")]
     same = sum(ra["tokens"] == rr["tokens"] for ra, rr in zip(a["rows"], ref["rows"]))
     cached_same = sum(ra["tokens_cached"] == ra["tokens"] for ra in a["rows"])
     return {"mean": statistics.fmean(diffs) if diffs else float("nan"),
             "max": max(diffs) if diffs else float("nan"), "nan": nan, "greedy_same": same,
             "first_cached": max(first) if first else None,
+            "first_cached_ref": max(first_ref) if first_ref else None,
             "cached_same": cached_same, "n": len(a["rows"]),
             "cached_tokens": sum(r["cached_tokens"] or 0 for r in a["rows"])}
 
@@ -1011,6 +1017,9 @@ def report(outdir: Path, md: Path | None) -> int:
         first_src = [d for b in BOUNDS if b in lay and ref
                      for d in [_distance(lay[b], ref)["first_cached"]] if d is not None]
         first_bound = 1.5 * max(first_src) if first_src else None
+        ref_src = [d for b in BOUNDS if b in lay and ref
+                   for d in [_distance(lay[b], ref)["first_cached_ref"]] if d is not None]
+        ref_bound = max(1.5 * max(ref_src), 2 ** -4) if ref_src else None
         for name in names:
             if f"{family}.{name}" in failed:
                 bad += 1
@@ -1044,8 +1053,15 @@ def report(outdir: Path, md: Path | None) -> int:
             # Not judged under Shift: there the cache-hit tails of round 2 run the
             # full-TP model (no SP, no gather) and round 1's prefill the SP model, so
             # the figure is the two models' bf16 distance (0.059 on the CPU engine).
-            first_ok = (name in BOUNDS or LAYOUTS[name][2] or d["first_cached"] is None
-                        or first_bound is None or d["first_cached"] <= max(first_bound, 2 ** -4))
+            # Judged against the layout's own round 1 first; failed only where round 2 is
+            # also further from TP=1's round 2 than TP=2/TP=4 are: round 1's first token may
+            # flip on a near-tie (an MoE family in bf16), which moves round 1, not the gather.
+            own_ok = (name in BOUNDS or LAYOUTS[name][2] or d["first_cached"] is None
+                      or first_bound is None or d["first_cached"] <= max(first_bound, 2 ** -4))
+            ref_ok = ref_bound is not None and d["first_cached_ref"] <= ref_bound
+            first_ok = own_ok or ref_ok
+            by_ref = "" if own_ok or not ref_ok else \
+                f"; vs TP=1's 2nd round {d['first_cached_ref']:.4f} (≤ {ref_bound:.4f})"
             both = _both_models_ran(r, name)
             fuses, fusion_note = _full_tp_fusion(r)
             ok = ok and first_ok and both and fuses and not mixed
@@ -1054,7 +1070,7 @@ def report(outdir: Path, md: Path | None) -> int:
                 f"| {family} | {name} | {d['mean']:.4f} | "
                 f"{'' if name in BOUNDS else f'{bound:.4f}'} | "
                 f"{d['max']:.3f} | {d['greedy_same']}/{d['n']} | {d['cached_same']}/{d['n']}"
-                f"{_first(d)} | "
+                f"{_first(d)}{by_ref} | "
                 f"{d['cached_tokens']} | {_fused(r)} | {r['start_s']} | "
                 f"{'pass' if ok else '**FAIL**'}{' (NaN)' if d['nan'] else ''}"
                 f"{'' if first_ok else ' (2nd round 1st token)'}"
