@@ -1014,11 +1014,10 @@ def report(outdir: Path, md: Path | None) -> int:
         # the same bound for the 2nd round's first token, where TP=2/TP=4 recorded it,
         # with two bf16 steps (2^-5 each at logits of 4..8) as rounding: a wrong row
         # gathered puts another distribution under the token, nats away
-        first_src = [d for b in BOUNDS if b in lay and ref
-                     for d in [_distance(lay[b], ref)["first_cached"]] if d is not None]
+        spread = [_distance(lay[b], ref) for b in BOUNDS if b in lay and ref]
+        first_src = [d["first_cached"] for d in spread if d["first_cached"] is not None]
         first_bound = 1.5 * max(first_src) if first_src else None
-        ref_src = [d for b in BOUNDS if b in lay and ref
-                   for d in [_distance(lay[b], ref)["first_cached_ref"]] if d is not None]
+        ref_src = [d["first_cached_ref"] for d in spread if d["first_cached_ref"] is not None]
         ref_bound = max(1.5 * max(ref_src), 2 ** -4) if ref_src else None
         for name in names:
             if f"{family}.{name}" in failed:
@@ -1058,7 +1057,8 @@ def report(outdir: Path, md: Path | None) -> int:
             # flip on a near-tie (an MoE family in bf16), which moves round 1, not the gather.
             own_ok = (name in BOUNDS or LAYOUTS[name][2] or d["first_cached"] is None
                       or first_bound is None or d["first_cached"] <= max(first_bound, 2 ** -4))
-            ref_ok = ref_bound is not None and d["first_cached_ref"] <= ref_bound
+            ref_ok = (ref_bound is not None and d["first_cached_ref"] is not None
+                      and d["first_cached_ref"] <= ref_bound)
             first_ok = own_ok or ref_ok
             by_ref = "" if own_ok or not ref_ok else \
                 f"; vs TP=1's 2nd round {d['first_cached_ref']:.4f} (≤ {ref_bound:.4f})"
