@@ -545,6 +545,11 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         kwargs.update(shared_gpu.engine_kwargs(tp * sp))
     if fam.get("eager") or os.environ.get("EQ_EAGER") == "1":
         kwargs["enforce_eager"] = True
+    # EQ_CAPTURE_SIZES="1,2,4,...": fewer CUDA graphs to capture than vLLM's default list
+    # (engines sharing one GPU capture one after another); the row records the sizes
+    if sizes := os.environ.get("EQ_CAPTURE_SIZES"):
+        comp = kwargs.setdefault("compilation_config", {})
+        comp["cudagraph_capture_sizes"] = [int(x) for x in sizes.split(",")]
     if spec or ((fam.get("gdn") or fam.get("ssm")) and not cpu):
         kwargs["max_num_seqs"] = sc["max_seqs"]
     if fam.get("vl"):
@@ -655,6 +660,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         "enforce_eager": cfg.model_config.enforce_eager,
         "cudagraph_mode": str(cfg.compilation_config.cudagraph_mode),
         "compile_mode": str(cfg.compilation_config.mode),
+        "capture_sizes": cfg.compilation_config.cudagraph_capture_sizes,
         "fuse_allreduce_rms": bool(getattr(pass_cfg, "fuse_allreduce_rms", False)),
         "attention_backend": _attention_backend(llm),
         "kv_cache_memory_bytes": cfg.cache_config.kv_cache_memory_bytes,
