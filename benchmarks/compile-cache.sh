@@ -14,8 +14,8 @@
 #                they are not returned again
 #   keep DIR...  (here) gather pieces from device result folders into
 #                ~/.cache/vllm-sp/compile-cache/<vllm>/ and say which entries are whole
-#   stage VER    (here) whole entries of vLLM VER into .gpuhost-cc/gNN (<= 48 MiB a call: the tree travels too,
-#                ~9 MiB, within the 64 MiB a call carries), and the calls that carry them
+#   stage VER    (here) whole entries of vLLM VER into .gpuhost-cc/gNN (each within 62 MiB less the
+#                working tree, which travels with every call), and the calls that carry them
 set -uo pipefail
 cache=${VLLM_CACHE_ROOT:-$HOME/.cache/vllm}/torch_compile_cache
 piece=$((15 * 1024 * 1024))
@@ -102,13 +102,17 @@ case "${1:-}" in
   stage)
     ver=$2 store=$HOME/.cache/vllm-sp/compile-cache/$2
     rm -rf .gpuhost-cc; g=0 size=0
+    # a call carries the working tree too (tracked and untracked-not-ignored files)
+    tree=$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null |
+      awk '{s += $1} END {print s + 0}')
+    cap=$((62 * 1024 * 1024 - tree))
     for first in "$store"/cc-*.tgz.1of*; do
       [[ -f $first ]] || continue
       whole "$first" || continue
       stem=${first%.1of*} total=${first##*of}
       for i in $(seq "$total"); do
         p=$stem.${i}of$total s=$(stat -c %s "$p")
-        if (( size + s > 48 * 1024 * 1024 )); then g=$((g + 1)); size=0; fi
+        if (( size > 0 && size + s > cap )); then g=$((g + 1)); size=0; fi
         mkdir -p ".gpuhost-cc/g$(printf %02d $g)" && cp "$p" ".gpuhost-cc/g$(printf %02d $g)/"
         size=$((size + s))
       done
