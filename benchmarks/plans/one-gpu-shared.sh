@@ -18,9 +18,10 @@ shared() {
 eq_timeout=1500
 export EQ_GPU_UTIL=0.02          # each rank's start-up check only: the KV cache is sized
 export EQ_KV_BYTES=$((1 << 30))  # a rank: ~65k tokens of the 8B shape, more than the prompts need
-# Families not yet run: fewer graphs (13 sizes, 1-1024, where vLLM's default has 83),
-# still FULL_AND_PIECEWISE; a lease's minutes go to families rather than captures.
-sparse=1,2,4,8,16,24,32,64,128,256,512,768,1024
+# Fewer graphs (13 sizes, 1-1024, where vLLM's default has 83), still FULL_AND_PIECEWISE:
+# a lease's minutes go to families rather than captures.  0.33.0's rows before Qwen3 and
+# every MTP row capture the default list (each row records its sizes).
+export EQ_CAPTURE_SIZES=1,2,4,8,16,24,32,64,128,256,512,768,1024
 dense=(tp1 tp2 tp4 sp2 shift tp2sp2_shift)
 # DeepSeek-V3's engines two at a time on an 80 GiB card (four at once, ~54 GiB of weights
 # in seven ranks, ran out of memory at start on an H100), all four on a larger one.
@@ -43,11 +44,11 @@ shared eq_qwen3_moe_a3b qwen3_moe_a3b tp1 tp2_ep tp4_ep tp2sp2_ep tp2sp2_shift_e
 # its TP shard whole): its layouts in three groups.
 EQ_JOBS=$ds_jobs shared eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
 EQ_JOBS=$ds_jobs shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
-EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
+EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
   tp2_ep+mtp
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl \
            gemma3_vl qwen2_5_vl; do
-  EQ_CAPTURE_SIZES=$sparse shared "eq_$fam" "$fam" "${dense[@]}"
+  shared "eq_$fam" "$fam" "${dense[@]}"
 done
 step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
 step fi_cache bash -c 'du -sh ~/.cache/flashinfer ~/.cache/vllm 2>&1'
