@@ -538,7 +538,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if shift:
         kwargs.update(shift_parallel=True, shift_parallel_threshold=sc["shift_at"],
                       disable_log_stats=False)       # the steps per mode (_shift_steps)
-    if shift or tp * sp > 1:     # collective_rpc(_shift_calls, _fusion_groups)
+    if shift or tp * sp > 1 or not cpu:     # collective_rpc(_shift_calls, _kernels, ...)
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     shared = not cpu and os.environ.get(shared_gpu.FLAG) == "1"
     if shared:                   # every rank on one GPU (``family --shared-gpu``)
@@ -627,6 +627,10 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     shift_steps = {m: n - steps_before.get(m, 0)
                    for m, n in _shift_steps(llm).items()} if shift else {}
     fusion_groups = llm.collective_rpc(_fusion_groups) if tp * sp > 1 and not cpu else []
+    try:                         # informative only: never the row's failure
+        kernels = {} if cpu else _union(llm.collective_rpc(_kernels))
+    except Exception as e:  # noqa: BLE001
+        kernels = {"error": [repr(e)[:200]]}
 
     def lp(entry, tok):
         return None if entry is None else float(entry[tok].logprob)
@@ -663,6 +667,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         "capture_sizes": cfg.compilation_config.cudagraph_capture_sizes,
         "fuse_allreduce_rms": bool(getattr(pass_cfg, "fuse_allreduce_rms", False)),
         "attention_backend": _attention_backend(llm),
+        **({"kernels": kernels} if kernels else {}),
         "kv_cache_memory_bytes": cfg.cache_config.kv_cache_memory_bytes,
         "extensible_kv_cache": getattr(cfg.cache_config, "enable_extensible_kv_cache", None),
         **({"fusion_groups": fusion_groups} if fusion_groups else {}),
@@ -692,6 +697,67 @@ def _fusion_groups(worker) -> list:
     if isinstance(table, dict):
         return sorted(list(k) for k in table)
     return ["one"] if table is not None else []
+
+
+def _kernels(worker) -> dict[str, list[str]]:
+    """On each rank: the kernels its models picked, read from the loaded
+    layers (vLLM logs each choice once a process, and logs stay out of git):
+    attention and MLA-prefill backends, the MoE experts and their
+    prepare/finalize, GDN's prefill and decode kernels, Mamba-2's SSU
+    backend.  Every model the runner holds, Shift's full-TP one included."""
+    import torch
+
+    found: dict[str, set] = {}
+    roots = [shift.full_tp_model()] if (shift := _shift_module()) else []
+    for v in vars(worker.model_runner).values():      # the model, a drafter's a level down
+        roots.append(v)
+        if not isinstance(v, torch.nn.Module) and hasattr(v, "__dict__"):
+            roots += list(vars(v).values())
+    seen: set[int] = set()
+    for root in roots:
+        if not isinstance(root, torch.nn.Module):
+            continue
+        for m in root.modules():
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            if (ab := getattr(m, "attn_backend", None)) is not None:
+                name = ab.get_name() if hasattr(ab, "get_name") else getattr(ab, "name", ab)
+                found.setdefault("attention", set()).add(str(name))
+            if (pb := getattr(m, "prefill_backend", None)) is not None:
+                found.setdefault("mla_prefill", set()).add(type(pb).__name__)
+            mk = getattr(getattr(m, "quant_method", None), "moe_kernel", None)
+            if mk is not None:
+                found.setdefault("moe", set()).add(
+                    f"{type(getattr(mk, 'fused_experts', mk)).__name__}"
+                    f" + {type(getattr(mk, 'prepare_finalize', None)).__name__}")
+            for attr in ("gdn_prefill_backend", "gdn_decode_kernel"):
+                if isinstance(k := getattr(m, attr, None), str):
+                    found.setdefault(attr, set()).add(k)
+            if type(m).__name__ == "MambaMixer2":
+                try:
+                    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+                    found.setdefault("mamba_ssu", set()).add(
+                        type(ssu_dispatch.get_mamba_ssu_backend()).__name__)
+                except (ImportError, AttributeError, RuntimeError):
+                    found.setdefault("mamba_ssu", set()).add("?")
+    return {k: sorted(v) for k, v in found.items()}
+
+
+def _union(per_rank: list[dict[str, list[str]]]) -> dict[str, list[str]]:
+    out: dict[str, set] = {}
+    for d in per_rank:
+        for k, v in d.items():
+            out.setdefault(k, set()).update(v)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _shift_module():
+    try:
+        from vllm.distributed import shift
+    except ImportError:
+        return None
+    return shift
 
 
 def _shift_steps(llm) -> dict[str, float]:
@@ -1093,6 +1159,16 @@ def report(outdir: Path, md: Path | None) -> int:
     lines += ["", "Cards: " + "; ".join(
         f"{f} {' + '.join(sorted(c))}{' (**rows of several cards**)' if len(c) > 1 else ''}"
         for f, c in cards.items())]
+    # The kernels each family's rows ran (read from the loaded layers: ``_kernels``)
+    kernels: dict[str, dict[str, set]] = {}
+    for family, lay in runs.items():
+        for r in lay.values():
+            for k, v in r.get("kernels", {}).items():
+                kernels.setdefault(family, {}).setdefault(k, set()).update(v)
+    if kernels:
+        lines += ["", "Kernels (the loaded layers' choices, over the family's rows):"]
+        lines += [f"- {f}: " + "; ".join(f"{k} {', '.join(sorted(v))}" for k, v in d.items())
+                  for f, d in kernels.items()]
     text = "\n".join(lines) + "\n"
     print(text)
     if md:
