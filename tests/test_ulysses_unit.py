@@ -440,3 +440,32 @@ def test_attention_layers_without_an_exchange_refused():
     model["layers"].append(Sparse())
     with pytest.raises(ValueError, match=r"layer layers\.2 \(Sparse\) attends without"):
         ulysses_model.check_attention_layers(model)
+
+
+def test_mamba2_conv_reads_the_plain_rows_of_a_packed_weight(monkeypatch):
+    """vLLM's CPU platform packs a bfloat16 conv1d weight in place after
+    loading (AVX512-bf16 and Arm bf16 CPUs), keeping the plain one beside it;
+    MambaMixer2's conv reads its ``conv_weights`` buffer, a view of the plain
+    load.  SP's view of the mixer must hand its conv the plain rows too, not
+    the packed ones, on any host: the packing is simulated here."""
+    from vllm import _custom_ops
+    from vllm.distributed import ulysses_mamba
+    from vllm.distributed.ulysses_state import LocalConv
+
+    def pack(w):                                           # any layout but the plain one
+        return w.flip(-1).contiguous() + 100
+
+    monkeypatch.setattr(_custom_ops, "causal_conv1d_weight_pack", pack, raising=False)
+    plain = torch.arange(8 * 4, dtype=torch.float32).view(8, 4)
+    rows = torch.tensor([1, 3, 6])
+    mixer = torch.nn.Module()
+    mixer.conv1d = torch.nn.Module()
+    mixer.conv1d.weight = torch.nn.Parameter(plain.unsqueeze(1).clone(), requires_grad=False)
+    mixer.conv1d.bias = torch.nn.Parameter(torch.arange(8.0), requires_grad=False)
+    plan = SimpleNamespace(conv=LocalConv(mixer, rows))
+    monkeypatch.setattr(ulysses_mamba, "plan_of", lambda view: plan)
+    assert torch.equal(ulysses_mamba._conv_weights(object()), plain[rows])   # not packed
+    mixer.conv1d._cpu_unpacked_conv_weight = plain.clone()                  # the platform's
+    mixer.conv1d.weight.data = pack(plain)                                   # packing
+    assert torch.equal(ulysses_mamba._conv_weights(object()), plain[rows])
+    assert torch.equal(plan.conv.weight, pack(plain[rows]))     # what a packed-weight kernel reads

@@ -67,6 +67,17 @@ def verify_mamba2(config: VllmConfig) -> None:
                          "TP*SP dividing the Mamba groups")
 
 
+def _conv_weights(view: Any) -> torch.Tensor:
+    """The view's conv rows as upstream's ``conv_weights`` buffer holds the
+    mixer's: plain (channels, width).  That buffer is a view taken before
+    loading, so it keeps the plain weight where vLLM's CPU platform then
+    packs ``conv1d.weight`` in place (AVX512-bf16 and Arm bf16 CPUs, bf16
+    weights); the Mamba-2 conv reads the buffer, never the packed weight."""
+    conv = plan_of(view).conv
+    plain = conv._cpu_unpacked_conv_weight
+    return plain if plain is not None else conv.weight.flatten(1)
+
+
 def _state_shape(view: Any):
     """The state shapes of plain TP over TP*SP: upstream's, with the
     full-TP group as the TP group."""
@@ -81,7 +92,7 @@ class Mamba2Plan(StatePlan):
     VIEW_DOC = "A Mamba-2 mixer as plain TP over TP*SP ranks sees it (ulysses_mamba)."
     VIEW_MEMBERS = {
         "A": per_head("A"), "D": per_head("D"), "dt_bias": per_head("dt_bias"),
-        "conv_weights": property(lambda self: plan_of(self).conv.weight.flatten(1)),
+        "conv_weights": property(_conv_weights),
         "get_state_shape": _state_shape,
     }
 
