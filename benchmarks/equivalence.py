@@ -181,6 +181,26 @@ FAMILIES: dict[str, dict] = {
         layer_types=["mamba"] * 3 + ["attention"], position_embedding_type="nope",
         num_local_experts=64, num_experts_per_tok=6, mamba_n_heads=48, mamba_d_head=64,
         mamba_n_groups=1, mamba_d_state=128, mamba_d_conv=4, mamba_expand=2)),
+    # Falcon-H1-7B's layer shape (tiiuae/Falcon-H1-7B-Base): attention (12 heads / 2 KV heads
+    # of 128) and Mamba-2 (24 heads of 128 in one group, state 256, conv 4) side by side in
+    # every layer, an MLP of 12288; 4 layers of its 44.
+    "falcon_h1": dict(cfg="FalconH1Config", cls="FalconH1ForCausalLM", ssm=True, kw=dict(
+        hidden_size=3072, intermediate_size=12288, num_hidden_layers=4, num_attention_heads=12,
+        num_key_value_heads=2, head_dim=128, mamba_d_ssm=3072, mamba_n_heads=24,
+        mamba_d_head=128, mamba_n_groups=1, mamba_d_state=256, mamba_d_conv=4, mamba_expand=2,
+        mamba_chunk_size=128)),
+    # Zamba2-2.7B's layer shape (Zyphra/Zamba2-2.7B): Mamba-2 layers (80 heads of 64 in one
+    # group, state 64, conv 4), two shared transformer blocks taken in turn (32 heads of 160
+    # over the hidden state and the embedding side by side, no positions, an MLP of 10240),
+    # the LM head tied; 4 layers (Mamba, hybrid, Mamba, hybrid) of its 54.  vLLM offers
+    # Zamba2 no prefix caching from 0.33: the second round recomputes (0 cached tokens).
+    "zamba2": dict(cfg="Zamba2Config", cls="Zamba2ForCausalLM", ssm=True, prefix_cache=False,
+                   kw=dict(
+        hidden_size=2560, intermediate_size=10240, num_hidden_layers=4,
+        layers_block_type=["mamba", "hybrid"] * 2, num_mem_blocks=2, num_attention_heads=32,
+        num_key_value_heads=32, use_shared_attention_adapter=False, use_mem_rope=False,
+        n_mamba_heads=80, mamba_headdim=64, mamba_ngroups=1, mamba_d_state=64, mamba_d_conv=4,
+        mamba_expand=2, tie_word_embeddings=True)),
     # Qwen3.5-27B (Qwen/Qwen3.5-27B) as published, the multimodal class over a
     # Gated-DeltaNet hybrid: GDN 16 key / 48 value heads of 128, gated
     # attention 24 heads / 4 KV heads of 256 every fourth layer, partial
@@ -550,6 +570,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if sizes := os.environ.get("EQ_CAPTURE_SIZES"):
         comp = kwargs.setdefault("compilation_config", {})
         comp["cudagraph_capture_sizes"] = [int(x) for x in sizes.split(",")]
+    if fam.get("prefix_cache") is False:
+        kwargs["enable_prefix_caching"] = False
     if spec or ((fam.get("gdn") or fam.get("ssm")) and not cpu):
         kwargs["max_num_seqs"] = sc["max_seqs"]
     if fam.get("vl"):
