@@ -448,14 +448,13 @@ def test_mamba2_conv_reads_the_plain_rows_of_a_packed_weight(monkeypatch):
     MambaMixer2's conv reads its ``conv_weights`` buffer, a view of the plain
     load.  SP's view of the mixer must hand its conv the plain rows too, not
     the packed ones, on any host: the packing is simulated here."""
-    from vllm import _custom_ops
-    from vllm.distributed import ulysses_mamba
+    from vllm.distributed import ulysses_mamba, ulysses_state
     from vllm.distributed.ulysses_state import LocalConv
 
     def pack(w):                                           # any layout but the plain one
         return w.flip(-1).contiguous() + 100
 
-    monkeypatch.setattr(_custom_ops, "causal_conv1d_weight_pack", pack, raising=False)
+    monkeypatch.setattr(ulysses_state, "_conv_weight_pack", lambda: pack)
     plain = torch.arange(8 * 4, dtype=torch.float32).view(8, 4)
     rows = torch.tensor([1, 3, 6])
     mixer = torch.nn.Module()

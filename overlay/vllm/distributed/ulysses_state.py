@@ -178,15 +178,9 @@ class LocalConv:
         rows = self._rows.to(w.device)
         with torch.no_grad():
             if unpacked is not None:
-                # AMX: the source is VNNI-packed in place; pack our rows alike.
-                try:    # vLLM 0.32 and 0.33's CPU path; 0.34 packs no conv weight
-                    from vllm._custom_ops import causal_conv1d_weight_pack
-                except ImportError as e:
-                    raise RuntimeError("a VNNI-packed conv weight, but this vLLM has no "
-                                       "causal_conv1d_weight_pack to pack SP's rows") from e
-
+                # AVX512-bf16 / Arm bf16: the source is packed in place; pack our rows alike.
                 plain = unpacked.index_select(0, rows)
-                weight = causal_conv1d_weight_pack(plain)
+                weight = _conv_weight_pack()(plain)
                 self._unpacked = _into(self._unpacked, plain)
             else:
                 weight = w.view(w.shape[0], w.shape[-1]).index_select(0, rows).unsqueeze(1)
@@ -216,6 +210,20 @@ class LocalConv:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._mixer.conv1d, name)
+
+
+def _conv_weight_pack():
+    """vLLM's CPU packer of a conv weight: ``vllm._custom_ops``' up to 0.33,
+    ``vllm._cpu_ops``' from 0.34 (whichever this release's platform used)."""
+    import importlib
+
+    for module in ("vllm._cpu_ops", "vllm._custom_ops"):
+        try:
+            return importlib.import_module(module).causal_conv1d_weight_pack
+        except (ImportError, AttributeError):
+            continue
+    raise RuntimeError("a packed conv weight, but this vLLM has no causal_conv1d_weight_pack "
+                       "to pack SP's rows alike")
 
 
 def _into(dst: torch.Tensor | None, src: torch.Tensor) -> torch.Tensor:
