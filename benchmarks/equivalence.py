@@ -728,9 +728,10 @@ def _kernels(worker) -> dict[str, list[str]]:
     prepare/finalize, GDN's prefill and decode kernels, Mamba-2's SSU
     backend.  Every model the runner holds, Shift's full-TP one included."""
     import torch
+    from vllm.distributed import shift
 
     found: dict[str, set] = {}
-    roots = [shift.full_tp_model()] if (shift := _shift_module()) else []
+    roots = [shift.full_tp_model()]
     for v in vars(worker.model_runner).values():      # the model, a drafter's a level down
         roots.append(v)
         if not isinstance(v, torch.nn.Module) and hasattr(v, "__dict__"):
@@ -772,14 +773,6 @@ def _union(per_rank: list[dict[str, list[str]]]) -> dict[str, list[str]]:
         for k, v in d.items():
             out.setdefault(k, set()).update(v)
     return {k: sorted(v) for k, v in out.items()}
-
-
-def _shift_module():
-    try:
-        from vllm.distributed import shift
-    except ImportError:
-        return None
-    return shift
 
 
 def _shift_steps(llm) -> dict[str, float]:
