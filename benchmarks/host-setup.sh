@@ -27,6 +27,7 @@ lay_over() {
     if [[ -n "$f" ]]; then rm -f "$1/$f"; fi
   done < "$1/DELETED"
 }
+echo "host-setup.sh: $(date +%T) laying ours over the install"
 rm -rf "$SITE_OFFICIAL" "$SITE_OURS" "$SITE_BEFORE"
 mkdir -p "$SITE_OFFICIAL"
 lay_over "$SITE_OURS" "$parts/ours.tar.gz"
@@ -71,6 +72,7 @@ fi_cache_current() {
     fi
   done
 }
+echo "host-setup.sh: $(date +%T) caches"
 if [[ -f $parts/fi-cache.tgz ]]; then
   mkdir -p ~/.cache && tar -xzf "$parts/fi-cache.tgz" -C ~/.cache
   echo "flashinfer JIT cache: $(du -sh ~/.cache/flashinfer | cut -f1) from an earlier lease"

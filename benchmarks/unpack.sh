@@ -12,12 +12,17 @@
 # and session.sh runs no plan on the install.
 set -euo pipefail
 parts=$1; report=${2:-$1/env.txt}
+# where a lease's install minutes go, one line a phase
+stamp() { echo "unpack.sh: $(date +%T) $*"; }
+stamp "checking the parts"
 got=$(cat "$parts"/part* | sha256sum | cut -d' ' -f1)
 if [[ "$got" != "$(cat "$parts/bundle.sha256")" ]]; then
   echo "unpack.sh: parts are incomplete or damaged (sha256 $got)" >&2; exit 1
 fi
 work=$(mktemp -d)
+stamp "unpacking"
 cat "$parts"/part* | tar x -C "$work"
+stamp "pip install"
 if [[ -f $work/bundle/overrides.txt ]]; then
   # A pin of the official wheel the index cannot satisfy (stage.py): the dependencies
   # resolved for ours, the official wheel without its own; pip check names the pin.
@@ -29,6 +34,7 @@ else
   python3 -m pip install -q --no-index --no-cache-dir --find-links "$work/bundle/deps" \
     "$work"/bundle/vllm-*.whl
 fi
+stamp "pip check and versions"
 {
   echo "== python: $(command -v python3) ($(python3 -V 2>&1))"
   [[ -f $work/bundle/overrides.txt ]] && { echo "== requirement overrides (not pip install vllm's own environment)"; cat "$work/bundle/overrides.txt"; }
@@ -51,12 +57,14 @@ PY
 } > "$report" 2>&1 || true    # a torch that cannot load: smoke.py's verdict says so
 rm -rf "$work"
 echo "== smoke check (smoke.py)" >> "$report"
+stamp "smoke check"
 rc=0
 timeout 300 python3 "$(dirname "$0")/smoke.py" >> "$report" 2>&1 || rc=$?
 if ! grep -q "^smoke: ok" "$report" && ! grep -q "^smoke: FAILED" "$report"; then
   echo "smoke: FAILED: smoke.py ended without a verdict (exit $rc; 124: hung, killed after" \
     "300 s)" >> "$report"
 fi
+stamp "done"
 grep -E "^pip check|^vllm==|^flashinfer|^torch|^smoke:" "$report"
 if ! grep -q "^smoke: ok" "$report"; then
   echo "unpack.sh: the install FAILED its smoke check: $(grep "^smoke:" "$report"); see $report" >&2
