@@ -91,6 +91,16 @@ FAMILIES: dict[str, dict] = {
         num_key_value_heads=4, head_dim=128, rope_theta=500000.0, max_position_embeddings=131072,
         rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 8192, "rope_type": "llama3"})),
+    # Mistral-7B-v0.1: vLLM's own MistralForCausalLM, GQA 4:1, one sliding window over
+    # every layer (4096 there, 512 here, so the long prompts outrun it).
+    "mistral": dict(cfg="MistralConfig", cls="MistralForCausalLM", kw=dict(
+        hidden_size=1024, intermediate_size=3584, num_hidden_layers=4, num_attention_heads=16,
+        num_key_value_heads=4, head_dim=128, sliding_window=512, rope_theta=10000.0)),
+    # BLOOM (bigscience/bloom-560m's heads of 64): ALiBi instead of positions, one fused
+    # QKV interleaved per head, 16 heads with no GQA, LayerNorms, the LM head tied (vLLM's
+    # Bloom loads no other).
+    "bloom": dict(cfg="BloomConfig", cls="BloomForCausalLM", kw=dict(
+        hidden_size=1024, n_head=16, n_layer=4, tie_word_embeddings=True)),
     # Qwen3-8B: head_dim 128, QK norm, GQA 4:1 (32 / 8 heads; here 16 / 4).
     "qwen3": dict(cfg="Qwen3Config", cls="Qwen3ForCausalLM", kw=dict(
         hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=16,
@@ -261,6 +271,12 @@ FAMILIES: dict[str, dict] = {
                     num_attention_heads=16, image_size=896, patch_size=14,
                     vision_use_head=False)),
 }
+# Llama's shape with an FP8 KV cache of per-head scales, as llm-compressor writes them
+# (compressed-tensors' kv_cache_scheme, strategy attn_head; ``KVScales``): each GPU must
+# load the scales of the KV heads it attends with, and they differ 8x across heads, so
+# another head's scale moves the output.  FlashAttention 3 takes per-head scales; vLLM's
+# CPU attention does not (no --cpu dry run).
+FAMILIES["llama_fp8kv"] = dict(FAMILIES["llama"], drafters=(), kv_scales="attn_head")
 # A multimodal family's tokenizer holds its vision tokens (harness.models.VL_TOKENS) right
 # after <unk> <s> </s>; prompts draw their text from VL_FIRST_ID on, so that no random id
 # is a placeholder.
@@ -360,11 +376,56 @@ def make_ckpt(family: str, out: Path, seed: int = 0) -> None:
                 **{**kw, "tie_word_embeddings": False, **spec["kw"]})
             cls = getattr(transformers, spec["cls"])
             beside = [models.tokenizer(vocab=VOCAB)]
+            if spec.get("kv_scales"):
+                scales = KVScales(cfg.num_hidden_layers, cfg.num_key_value_heads)
+                beside.append(scales)
+                fields = {"quantization_config": scales.config()}
         models.save_random(out, cfg, cls, dtype="bfloat16", seed=seed, std=0.05,
                            device="cuda" if torch.cuda.is_available() else "cpu",
                            beside=beside, renames=renames, fields=fields)
     for drafter in spec.get("drafters", ()):
         make_drafter(family, out, drafter)
+
+
+class KVScales:
+    """Per-head FP8 KV-cache scales for a checkpoint (``beside`` of
+    ``models.save_random``), as llm-compressor writes them: compressed-tensors'
+    ``kv_cache_scheme`` of strategy ``attn_head`` in config.json and each
+    layer's ``self_attn.{k,v}_scale`` of shape [KV heads, 1, 1], in a
+    safetensors file of their own (added to the index where there is one).
+    KV head h's scale is ``BASE * 2**(h % 4)``: ~1/100 of a key's spread on
+    the seeded weights at its middle, so a head's keys quantize within
+    FP8's range at one scale and clip or lose precision at another's."""
+
+    BASE = 0.005
+    FILE = "kv_scales.safetensors"
+
+    def __init__(self, layers: int, kv_heads: int):
+        self.layers, self.kv_heads = layers, kv_heads
+
+    @classmethod
+    def values(cls, kv_heads: int) -> list[float]:
+        return [cls.BASE * 2 ** (h % 4) for h in range(kv_heads)]
+
+    def config(self) -> dict:
+        return {"quant_method": "compressed-tensors", "format": "dense", "config_groups": {},
+                "ignore": [], "kv_cache_scheme": {"num_bits": 8, "type": "float",
+                                                  "strategy": "attn_head", "dynamic": False,
+                                                  "symmetric": True}}
+
+    def save_pretrained(self, path) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        s = torch.tensor(self.values(self.kv_heads), dtype=torch.float32).view(-1, 1, 1)
+        weights = {f"model.layers.{i}.self_attn.{kv}_scale": s.clone()
+                   for i in range(self.layers) for kv in "kv"}
+        save_file(weights, Path(path) / self.FILE, metadata={"format": "pt"})
+        index = Path(path) / "model.safetensors.index.json"
+        if index.exists():
+            meta = json.loads(index.read_text())
+            meta["weight_map"].update({k: self.FILE for k in weights})
+            index.write_text(json.dumps(meta, indent=1))
 
 
 def image_placeholder(cfg: dict) -> list[int]:
@@ -558,7 +619,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if shift:
         kwargs.update(shift_parallel=True, shift_parallel_threshold=sc["shift_at"],
                       disable_log_stats=False)       # the steps per mode (_shift_steps)
-    if shift or tp * sp > 1 or not cpu:     # collective_rpc(_shift_calls, _kernels, ...)
+    if shift or tp * sp > 1 or not cpu or fam.get("kv_scales"):  # collective_rpc(_kernels, ...)
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     shared = not cpu and os.environ.get(shared_gpu.FLAG) == "1"
     if shared:                   # every rank on one GPU (``family --shared-gpu``)
@@ -610,6 +671,15 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     t0 = time.time()
     llm = LLM(**kwargs)
     start_s = time.time() - t0
+    kv_scales = llm.collective_rpc(_kv_scales) if fam.get("kv_scales") else []
+    if kv_scales:
+        # scales that failed to load stay 1.0 on every layout, which would then agree
+        heads = json.loads((ckpt / "config.json").read_text())["num_key_value_heads"]
+        got = {round(v, 6) for rank in kv_scales for m in rank.values() for v in m["k_scale"]}
+        want = {round(v, 6) for v in KVScales.values(heads)}
+        if got != want:
+            raise SystemExit(f"{family} {layout}: the KV-cache scales loaded are "
+                             f"{sorted(got)}, not the checkpoint's {sorted(want)}")
     cfg = llm.llm_engine.vllm_config
     pass_cfg = cfg.compilation_config.pass_config
     first_id = VL_FIRST_ID if fam.get("vl") else 3
@@ -690,6 +760,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         "fuse_allreduce_rms": bool(getattr(pass_cfg, "fuse_allreduce_rms", False)),
         "attention_backend": _attention_backend(llm),
         **({"kernels": kernels} if kernels else {}),
+        **({"kv_scales": kv_scales} if kv_scales else {}),
         "kv_cache_memory_bytes": cfg.cache_config.kv_cache_memory_bytes,
         "extensible_kv_cache": getattr(cfg.cache_config, "enable_extensible_kv_cache", None),
         **({"fusion_groups": fusion_groups} if fusion_groups else {}),
@@ -724,9 +795,10 @@ def _fusion_groups(worker) -> list:
 def _kernels(worker) -> dict[str, list[str]]:
     """On each rank: the kernels its models picked, read from the loaded
     layers (vLLM logs each choice once a process, and logs stay out of git):
-    attention and MLA-prefill backends, the MoE experts and their
-    prepare/finalize, GDN's prefill and decode kernels, Mamba-2's SSU
-    backend.  Every model the runner holds, Shift's full-TP one included."""
+    attention and MLA-prefill backends (and a KV-cache dtype other than the
+    model's), the MoE experts and their prepare/finalize, GDN's prefill and
+    decode kernels, Mamba-2's SSU backend.  Every model the runner holds,
+    Shift's full-TP one included."""
     import torch
     from vllm.distributed import shift
 
@@ -747,6 +819,8 @@ def _kernels(worker) -> dict[str, list[str]]:
             if (ab := getattr(m, "attn_backend", None)) is not None:
                 name = ab.get_name() if hasattr(ab, "get_name") else getattr(ab, "name", ab)
                 found.setdefault("attention", set()).add(str(name))
+                if (kv := str(getattr(m, "kv_cache_dtype", "auto"))) != "auto":
+                    found.setdefault("kv_cache", set()).add(kv)
             if (pb := getattr(m, "prefill_backend", None)) is not None:
                 found.setdefault("mla_prefill", set()).add(type(pb).__name__)
             mk = getattr(getattr(m, "quant_method", None), "moe_kernel", None)
@@ -765,6 +839,25 @@ def _kernels(worker) -> dict[str, list[str]]:
                 except (ImportError, AttributeError, RuntimeError):
                     found.setdefault("mamba_ssu", set()).add("?")
     return {k: sorted(v) for k, v in found.items()}
+
+
+def _kv_scales(worker) -> dict[str, dict]:
+    """On each rank: the first attention layer's KV-cache dtype and per-head
+    K scales in each model the runner holds (``sp``; Shift's full-TP model:
+    ``full_tp``), as the attention backend reads them."""
+    import torch
+    from vllm.distributed import shift
+
+    out = {}
+    for name, root in (("sp", worker.model_runner.model), ("full_tp", shift.full_tp_model())):
+        if not isinstance(root, torch.nn.Module):
+            continue
+        for m in root.modules():
+            if (k := getattr(m, "_k_scale", None)) is not None and hasattr(m, "attn_backend"):
+                out[name] = {"kv_cache_dtype": str(getattr(m, "kv_cache_dtype", "?")),
+                             "k_scale": [float(x) for x in k.flatten().tolist()]}
+                break
+    return out
 
 
 def _union(per_rank: list[dict[str, list[str]]]) -> dict[str, list[str]]:

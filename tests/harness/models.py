@@ -237,7 +237,7 @@ def save_random(path: Path, cfg, cls, *, dtype: str = "float32", seed: int = 0,
     meta = json.loads((tmp / "config.json").read_text())
     meta["torch_dtype"] = dtype
     for k, v in (fields or {}).items():
-        meta[k] = {**meta[k], **v} if isinstance(v, dict) else v
+        meta[k] = {**meta.get(k, {}), **v} if isinstance(v, dict) else v
     (tmp / "config.json").write_text(json.dumps(meta, indent=1))
     tmp.rename(path)
     return path
