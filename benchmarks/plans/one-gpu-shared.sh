@@ -47,7 +47,7 @@ EQ_JOBS=$ds_jobs shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
 EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
   tp2_ep+mtp
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl \
-           gemma3_vl qwen2_5_vl falcon_h1 zamba2; do
+           gemma3_vl qwen2_5_vl falcon_h1 zamba2 mistral bloom llama_fp8kv; do
   shared "eq_$fam" "$fam" "${dense[@]}"
 done
 step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
