@@ -46,8 +46,10 @@ EQ_JOBS=$ds_jobs shared eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
 EQ_JOBS=$ds_jobs shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
 EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
   tp2_ep+mtp
-for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl \
-           gemma3_vl qwen2_5_vl falcon_h1 zamba2 mistral bloom llama_fp8kv; do
+# What never ran on any GPU (Falcon-H1, Zamba2, per-head KV scales, ALiBi, Mistral) before
+# the multimodal families that ran on several.
+for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe falcon_h1 zamba2 \
+           llama_fp8kv bloom mistral qwen3_5 qwen3_vl gemma3_vl qwen2_5_vl; do
   shared "eq_$fam" "$fam" "${dense[@]}"
 done
 step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
