@@ -72,11 +72,16 @@ def test_llama_layouts(llama, llama_ref, tp, sp):
 
 
 def test_alibi_slopes_follow_their_heads(models_dir, family_ref):
-    """Bloom: one ALiBi slope per head.  Each SP rank must attend with its
-    own heads' slopes (chunk sp_rank of its TP rank's), as plain TP over
-    TP*SP would; with the TP rank's first slopes SP rank 1 computes other
-    scores and the tokens differ."""
+    """Bloom: one ALiBi slope per head.  Each GPU must attend with its own
+    heads' slopes, as plain TP over TP*SP would: an SP rank chunk sp_rank of
+    its TP rank's, Shift's full-TP model those of its full-TP rank; with the
+    TP rank's first slopes SP rank 1 computes other scores and the tokens
+    differ.  Under Shift at SP=2 the prefills run the SP model (the prompt
+    logprobs) and the decodes the full-TP one."""
     model = make_model(models_dir, "bloom", heads=8, kv_heads=8, hidden=256)
-    got = run(model, sp=2)
-    assert_same(family_ref(model), got, what="Bloom SP=2 vs transformers")
+    got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_same(family_ref(model), got, what="Bloom Shift (SP=2) vs transformers")
+    assert len(got.shift) == 2, got.shift
+    for rank in got.shift:
+        assert rank["served"]["sp"] >= 4 and rank["served"]["full_tp"] >= 10, rank
     check_prefix_cache(got)
