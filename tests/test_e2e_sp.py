@@ -4,8 +4,8 @@ gives Hugging Face transformers' greedy tokens (an oracle that shares no code
 with vLLM).
 
 The Llama layouts are compared with a TP=1 vLLM engine (the ``llama_ref``
-fixture); Bloom (and Qwen3-MoE in test_e2e_shift, whose SP steps run its
-MoE layers on SP slices) with transformers run on the same workload
+fixture); Bloom and Mistral, each under Shift at SP=2 (and Qwen3-MoE in
+test_e2e_shift, whose SP steps run its MoE layers on SP slices), with transformers run on the same workload
 (``family_ref``): TP=1 equals transformers, so a second vLLM engine per
 family would only repeat it.  GPT-OSS runs in bfloat16 on the CPU engine,
 where transformers is no close reference: its TP=1 engine is.
@@ -17,9 +17,7 @@ steps run it (its decodes run full TP; SP decodes run at SP=2 and SP=4
 here); each SP rank caching several KV heads is Bloom's (4 each) and
 GPT-OSS's Shift SP steps (2 each, test_e2e_families); Qwen3's decoder
 (QK norm) is Qwen3-VL's in test_e2e_families and Qwen3-MoE's attention in
-test_e2e_shift; Mistral's class is Llama's attention with a sliding
-window, which Gemma 3 (window 32) and GPT-OSS (window 16) run where it
-binds.
+test_e2e_shift.
 
 SP=2 compiled with Inductor runs in test_e2e_spec's EAGLE-3 row (under
 Shift at SP=2: its prefill steps run the SP model's compiled graphs, with
@@ -69,6 +67,19 @@ def test_llama_layouts(llama, llama_ref, tp, sp):
     # One thread a rank, forked or spawned (harness.engine.cpu_env): a forked
     # rank once ran as many as the host has cores (load 64 on 16 cores).
     assert all(g["threads"] == 1 for g in got.gathers), got.gathers
+
+
+def test_mistral_window_under_shift(models_dir, family_ref):
+    """Mistral: vLLM's own class (its attention over Llama's) with one
+    sliding window of 32 over every layer, which the 150-token prompt
+    outruns, under Shift at SP=2: the window in the SP model's prefills and
+    in the full-TP model's decodes, against transformers'."""
+    model = make_model(models_dir, "mistral", heads=8, kv_heads=2, hidden=256, window=32)
+    got = run(model, sp=2, shift_parallel=True, shift_parallel_threshold=8)
+    assert_same(family_ref(model), got, what="Mistral (window 32) Shift (SP=2) vs transformers")
+    assert len(got.shift) == 2, got.shift
+    for rank in got.shift:
+        assert rank["served"]["sp"] >= 4 and rank["served"]["full_tp"] >= 10, rank
 
 
 def test_alibi_slopes_follow_their_heads(models_dir, family_ref):

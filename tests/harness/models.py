@@ -69,9 +69,10 @@ def staging(path: Path) -> Path:
 def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int = 2,
                layers: int = 2, hidden: int = 128, head_dim: int = 32, intermediate: int = 256,
                dtype: str = "float32", seed: int = 0, experts: int = 4,
-               linear_head_dim: int = 32, yarn: bool = True) -> Path:
+               linear_head_dim: int = 32, yarn: bool = True, window: int | None = None) -> Path:
     """Write a random checkpoint under ``root`` and return its directory
-    (``yarn``: DeepSeek's published YaRN positions, else plain rotary).
+    (``yarn``: DeepSeek's published YaRN positions, else plain rotary;
+    ``window``: Mistral's sliding window over every layer, else its default).
 
     The directory name encodes the arguments, so a cached checkpoint is reused
     by every test of a session."""
@@ -88,6 +89,8 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
         name += f"-lin{linear_head_dim}"
     if experts != 4:
         name += f"-e{experts}"
+    if window is not None:
+        name += f"-w{window}"
     path = Path(root) / name
     if (path / "config.json").exists():
         return path
@@ -101,7 +104,8 @@ def make_model(root: Path, arch: str = "llama", *, heads: int = 8, kv_heads: int
     elif arch == "qwen2":
         cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
     elif arch == "mistral":
-        cfg, cls = transformers.MistralConfig(**common), transformers.MistralForCausalLM
+        cfg = transformers.MistralConfig(**common, **({"sliding_window": window} if window else {}))
+        cls = transformers.MistralForCausalLM
     elif arch == "qwen3":
         cfg, cls = transformers.Qwen3Config(**common), transformers.Qwen3ForCausalLM
     elif arch == "qwen3_moe":
