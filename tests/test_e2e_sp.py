@@ -5,10 +5,11 @@ with vLLM).
 
 The Llama layouts are compared with a TP=1 vLLM engine (the ``llama_ref``
 fixture); Bloom and Mistral, each under Shift at SP=2 (and Qwen3-MoE in
-test_e2e_shift, whose SP steps run its MoE layers on SP slices), with transformers run on the same workload
-(``family_ref``): TP=1 equals transformers, so a second vLLM engine per
-family would only repeat it.  GPT-OSS runs in bfloat16 on the CPU engine,
-where transformers is no close reference: its TP=1 engine is.
+test_e2e_shift, whose SP steps run its MoE layers on SP slices), with
+transformers run on the same workload (``family_ref``): TP=1 equals
+transformers, so a second vLLM engine per family would only repeat it.
+GPT-OSS runs in bfloat16 on the CPU engine, where transformers is no close
+reference: its TP=1 engine is.
 
 Where the cases that once ran here run now (each engine covers more):
 TP=2 x SP=2 (one KV head per TP rank, replicated to both SP ranks) is
