@@ -849,7 +849,8 @@ def _kv_scales(worker) -> dict[str, dict]:
     from vllm.distributed import shift
 
     out = {}
-    for name, root in (("sp", worker.model_runner.model), ("full_tp", shift.full_tp_model())):
+    models = {"sp": getattr(worker.model_runner, "model", None), "full_tp": shift.full_tp_model()}
+    for name, root in models.items():
         if not isinstance(root, torch.nn.Module):
             continue
         for m in root.modules():
