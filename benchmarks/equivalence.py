@@ -675,7 +675,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if kv_scales:
         # scales that failed to load stay 1.0 on every layout, which would then agree
         heads = json.loads((ckpt / "config.json").read_text())["num_key_value_heads"]
-        got = {round(v, 6) for rank in kv_scales for m in rank.values() for v in m["k_scale"]}
+        got = {round(v, 6) for rank in kv_scales for model in rank.values() for v in model}
         want = {round(v, 6) for v in KVScales.values(heads)}
         if got != want:
             raise SystemExit(f"{family} {layout}: the KV-cache scales loaded are "
@@ -841,10 +841,10 @@ def _kernels(worker) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in found.items()}
 
 
-def _kv_scales(worker) -> dict[str, dict]:
-    """On each rank: the first attention layer's KV-cache dtype and per-head
-    K scales in each model the runner holds (``sp``; Shift's full-TP model:
-    ``full_tp``), as the attention backend reads them."""
+def _kv_scales(worker) -> dict[str, list[float]]:
+    """On each rank: the first attention layer's per-head K scales in each
+    model the runner holds (``sp``; Shift's full-TP model: ``full_tp``), as
+    the attention backend reads them (the KV-cache dtype: ``_kernels``)."""
     import torch
     from vllm.distributed import shift
 
@@ -855,8 +855,7 @@ def _kv_scales(worker) -> dict[str, dict]:
             continue
         for m in root.modules():
             if (k := getattr(m, "_k_scale", None)) is not None and hasattr(m, "attn_backend"):
-                out[name] = {"kv_cache_dtype": str(getattr(m, "kv_cache_dtype", "?")),
-                             "k_scale": [float(x) for x in k.flatten().tolist()]}
+                out[name] = [float(x) for x in k.flatten().tolist()]
                 break
     return out
 

@@ -37,7 +37,13 @@ import pytest
 from harness.compare import assert_between, assert_no_further, assert_same
 from harness.models import GDN, IMAGE_PLACEHOLDER, make_model, make_vl_model
 from harness.repo import VERSION
-from harness.workload import BATCHES, check_expert_placement, check_prefix_cache, run
+from harness.workload import (
+    BATCHES,
+    check_expert_placement,
+    check_prefix_cache,
+    check_shift,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -73,16 +79,6 @@ def image_tail_batches(placeholder: str, ids: dict[str, int] | None = None) -> l
     text = " ".join(f"w{i}" for i in range(100, 132))
     return [[_prompt(f"{text} w1", [], ids)],
             [_prompt(f"{text} {placeholder}", [[5, 56, 56]], ids)]]
-
-
-def check_shift(r, world: int = 4) -> None:
-    """Both modes served steps, every rank took the same path, and the
-    full-TP model's attention layers hold the SP model's KV-cache tensors."""
-    assert len(r.shift) == world, r.shift
-    for rank in r.shift:
-        assert rank["layers"] >= 2 and rank["same_tensors"], rank
-        assert rank["served"]["sp"] >= 4 and rank["served"]["full_tp"] >= 10, rank
-    assert len({tuple(sorted(rank["served"].items())) for rank in r.shift}) == 1, r.shift
 
 
 @pytest.fixture(scope="module", params=["gemma3_vl", "qwen2_5_vl", "qwen3_vl"])

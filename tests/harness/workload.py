@@ -42,6 +42,17 @@ def check_prefix_cache(r: Run) -> None:
     assert all(c >= 64 for c in r.cached_tokens[-len(THEN):]), r.cached_tokens
 
 
+def check_shift(r: Run, world: int = 4) -> None:
+    """A Shift run: both modes served steps, every rank took the same path,
+    and the full-TP model's attention layers hold the SP model's KV-cache
+    tensors."""
+    assert len(r.shift) == world, r.shift
+    for rank in r.shift:
+        assert rank["layers"] >= 2 and rank["same_tensors"], rank
+        assert rank["served"]["sp"] >= 4 and rank["served"]["full_tp"] >= 10, rank
+    assert len({tuple(sorted(rank["served"].items())) for rank in r.shift}) == 1, r.shift
+
+
 def reference(model, max_tokens: int = ENGINE["max_tokens"]) -> Run:
     """The workload in Hugging Face transformers, laid out as ``run``'s
     result: the reference of a family whose TP=1 vLLM engine would only
