@@ -5,6 +5,7 @@ names the fix where it does not."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -321,6 +322,26 @@ def test_encoder_decoder_rejected(tmp_path):
     # vLLM may reject the architecture itself first; either way SP never starts.
     assert "encoder-decoder" in text or "not supported" in text.lower() \
         or "architecture" in text.lower(), text
+
+
+def test_per_head_kv_cache_scales_refused(llama, tmp_path):
+    """A checkpoint with per-head FP8 KV-cache scales (compressed-tensors'
+    kv_cache_scheme, strategy attn_head) is refused under SP in one line;
+    plain TP builds it, and per-tensor scales are not refused."""
+    cfg = json.loads((llama / "config.json").read_text())
+    scheme = dict(num_bits=8, type="float", strategy="attn_head", dynamic=False, symmetric=True)
+    cfg["quantization_config"] = dict(quant_method="compressed-tensors", format="dense",
+                                      config_groups={}, ignore=[], kv_cache_scheme=scheme)
+    per_head = write_config(tmp_path / "per_head", cfg)
+    with pytest.raises(Exception) as excinfo:
+        engine_config(per_head, sequence_parallel_size=2)
+    line = error_line(excinfo, "does not support per-head KV-cache scales")
+    assert "'attn_head'" in line and "use -sp 1" in line, line
+    assert engine_config(per_head).parallel_config.sequence_parallel_size == 1
+    cfg["quantization_config"]["kv_cache_scheme"] = dict(scheme, strategy="tensor")
+    per_tensor = write_config(tmp_path / "per_tensor", cfg)
+    assert engine_config(per_tensor, sequence_parallel_size=2).parallel_config \
+        .sequence_parallel_size == 2
 
 
 def test_cli_rejects_sp_not_dividing_the_heads(llama):
