@@ -99,8 +99,12 @@ FAMILIES: dict[str, dict] = {
     # BLOOM (bigscience/bloom-560m's heads of 64): ALiBi instead of positions, one fused
     # QKV interleaved per head, 16 heads with no GQA, LayerNorms, the LM head tied (vLLM's
     # Bloom loads no other).
+    # On Hopper, FA3 takes no ALiBi and vLLM 0.33's FLASH_ATTN runs these layers on FA2, but
+    # its metadata builder still schedules ahead for FA3, which FA2 refuses at any layout,
+    # TP=1 included: FA2 throughout (``gpu_attention``), as a user there would set it.
     "bloom": dict(cfg="BloomConfig", cls="BloomForCausalLM", kw=dict(
-        hidden_size=1024, n_head=16, n_layer=4, tie_word_embeddings=True)),
+        hidden_size=1024, n_head=16, n_layer=4, tie_word_embeddings=True),
+        gpu_attention=dict(flash_attn_version=2)),
     # Qwen3-8B: head_dim 128, QK norm, GQA 4:1 (32 / 8 heads; here 16 / 4).
     "qwen3": dict(cfg="Qwen3Config", cls="Qwen3ForCausalLM", kw=dict(
         hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=16,
@@ -277,6 +281,10 @@ FAMILIES: dict[str, dict] = {
 # another head's scale moves the output.  FlashAttention 3 takes per-head scales; vLLM's
 # CPU attention does not (no --cpu dry run).
 FAMILIES["llama_fp8kv"] = dict(FAMILIES["llama"], drafters=(), kv_scales="attn_head")
+# The same weights with ``--kv-cache-dtype fp8`` and no scales in the checkpoint (1.0 each):
+# the FP8 KV cache most users turn on, and, beside llama_fp8kv, whether an SP gap is the
+# per-head scales' or FP8's.
+FAMILIES["llama_kvfp8"] = dict(FAMILIES["llama"], drafters=(), kv_cache_dtype="fp8")
 # A multimodal family's tokenizer holds its vision tokens (harness.models.VL_TOKENS) right
 # after <unk> <s> </s>; prompts draw their text from VL_FIRST_ID on, so that no random id
 # is a placeholder.
@@ -633,6 +641,10 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         comp["cudagraph_capture_sizes"] = [int(x) for x in sizes.split(",")]
     if fam.get("prefix_cache") is False:
         kwargs["enable_prefix_caching"] = False
+    if fam.get("kv_cache_dtype"):
+        kwargs["kv_cache_dtype"] = fam["kv_cache_dtype"]
+    if fam.get("gpu_attention") and not cpu:
+        kwargs["attention_config"] = dict(fam["gpu_attention"])
     if spec or ((fam.get("gdn") or fam.get("ssm")) and not cpu):
         kwargs["max_num_seqs"] = sc["max_seqs"]
     if fam.get("vl"):
@@ -795,10 +807,10 @@ def _fusion_groups(worker) -> list:
 def _kernels(worker) -> dict[str, list[str]]:
     """On each rank: the kernels its models picked, read from the loaded
     layers (vLLM logs each choice once a process, and logs stay out of git):
-    attention and MLA-prefill backends (and a KV-cache dtype other than the
-    model's), the MoE experts and their prepare/finalize, GDN's prefill and
-    decode kernels, Mamba-2's SSU backend.  Every model the runner holds,
-    Shift's full-TP one included."""
+    attention and MLA-prefill backends (FlashAttention's version, and a
+    KV-cache dtype other than the model's), the MoE experts and their
+    prepare/finalize, GDN's prefill and decode kernels, Mamba-2's SSU backend.
+    Every model the runner holds, Shift's full-TP one included."""
     import torch
     from vllm.distributed import shift
 
@@ -819,6 +831,9 @@ def _kernels(worker) -> dict[str, list[str]]:
             if (ab := getattr(m, "attn_backend", None)) is not None:
                 name = ab.get_name() if hasattr(ab, "get_name") else getattr(ab, "name", ab)
                 found.setdefault("attention", set()).add(str(name))
+                if (fa := getattr(getattr(m, "impl", None), "vllm_flash_attn_version",
+                                  None)) is not None:
+                    found.setdefault("flash_attn_version", set()).add(str(fa))
                 if (kv := str(getattr(m, "kv_cache_dtype", "auto"))) != "auto":
                     found.setdefault("kv_cache", set()).add(kv)
             if (pb := getattr(m, "prefill_backend", None)) is not None:
