@@ -46,6 +46,13 @@ EQ_JOBS=$ds_jobs shared eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
 EQ_JOBS=$ds_jobs shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
 EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
   tp2_ep+mtp
+# FP8 KV cache under SP: llama_fp8kv's SP and Shift rows missed the bound on 0.33.0 (H100)
+# where its TP rows passed, and SP now refuses per-head KV-cache scales.  The kernels alone on
+# the exchange's column views, and FP8 without the checkpoint's scales (the common
+# --kv-cache-dtype fp8), before any other family.
+step fp8kv_probe env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.fp8kv_probe \
+  --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
+shared eq_llama_kvfp8 llama_kvfp8 "${dense[@]}"
 # What never ran on any GPU (Falcon-H1, Zamba2, per-head KV scales, ALiBi, Mistral) before
 # the multimodal families that ran on several.
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe falcon_h1 zamba2 \

@@ -32,7 +32,7 @@ fi
 # Every other family, three at a time (small shapes: the cards hold them together).
 export EQ_GPU_UTIL=0.1
 fams=(llama qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl
-      gemma3_vl qwen2_5_vl falcon_h1 zamba2 mistral bloom llama_fp8kv)
+      gemma3_vl qwen2_5_vl falcon_h1 zamba2 mistral bloom llama_kvfp8)
 for ((i = 0; i < ${#fams[@]}; i += 3)); do
   for fam in "${fams[@]:i:3}"; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
   wait
