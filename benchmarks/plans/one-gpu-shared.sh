@@ -53,10 +53,10 @@ EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_
 step fp8kv_probe env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.fp8kv_probe \
   --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
 shared eq_llama_kvfp8 llama_kvfp8 "${dense[@]}"
-# What never ran on any GPU (Falcon-H1, Zamba2, per-head KV scales, ALiBi, Mistral) before
-# the multimodal families that ran on several.
+# What never ran on any GPU (Falcon-H1, Zamba2, ALiBi, Mistral) before the multimodal
+# families that ran on several.  llama_fp8kv (per-head KV scales) is out while SP refuses it.
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe falcon_h1 zamba2 \
-           llama_fp8kv bloom mistral qwen3_5 qwen3_vl gemma3_vl qwen2_5_vl; do
+           bloom mistral qwen3_5 qwen3_vl gemma3_vl qwen2_5_vl; do
   shared "eq_$fam" "$fam" "${dense[@]}"
 done
 step eq_report python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
