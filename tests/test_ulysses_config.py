@@ -324,24 +324,31 @@ def test_encoder_decoder_rejected(tmp_path):
         or "architecture" in text.lower(), text
 
 
-def test_per_head_kv_cache_scales_refused(llama, tmp_path):
-    """A checkpoint with per-head FP8 KV-cache scales (compressed-tensors'
-    kv_cache_scheme, strategy attn_head) is refused under SP in one line;
-    plain TP builds it, and per-tensor scales are not refused."""
+def test_quantized_kv_cache_refused(llama, tmp_path):
+    """A quantized KV cache is refused under SP in one line naming the
+    unquantized dtype: `--kv-cache-dtype fp8`, and the FP8 cache a
+    checkpoint's kv_cache_scheme turns on at `auto` (per-head and per-tensor
+    scales alike); plain TP builds both, and an explicit bfloat16 cache
+    keeps SP."""
+    with pytest.raises(Exception) as excinfo:
+        engine_config(llama, sequence_parallel_size=2, kv_cache_dtype="fp8")
+    line = error_line(excinfo, "does not support a quantized KV cache")
+    assert "kv_cache_dtype 'fp8'" in line and "--kv-cache-dtype bfloat16 or -sp 1" in line, line
+    assert engine_config(llama, kv_cache_dtype="fp8").cache_config.cache_dtype == "fp8"
     cfg = json.loads((llama / "config.json").read_text())
     scheme = dict(num_bits=8, type="float", strategy="attn_head", dynamic=False, symmetric=True)
-    cfg["quantization_config"] = dict(quant_method="compressed-tensors", format="dense",
-                                      config_groups={}, ignore=[], kv_cache_scheme=scheme)
-    per_head = write_config(tmp_path / "per_head", cfg)
-    with pytest.raises(Exception) as excinfo:
-        engine_config(per_head, sequence_parallel_size=2)
-    line = error_line(excinfo, "does not support per-head KV-cache scales")
-    assert "'attn_head'" in line and "use -sp 1" in line, line
-    assert engine_config(per_head).parallel_config.sequence_parallel_size == 1
-    cfg["quantization_config"]["kv_cache_scheme"] = dict(scheme, strategy="tensor")
-    per_tensor = write_config(tmp_path / "per_tensor", cfg)
-    assert engine_config(per_tensor, sequence_parallel_size=2).parallel_config \
-        .sequence_parallel_size == 2
+    for strategy in ("attn_head", "tensor"):
+        cfg["quantization_config"] = dict(quant_method="compressed-tensors", format="dense",
+                                          config_groups={}, ignore=[],
+                                          kv_cache_scheme=dict(scheme, strategy=strategy))
+        scaled = write_config(tmp_path / strategy, cfg)
+        with pytest.raises(Exception) as excinfo:
+            engine_config(scaled, sequence_parallel_size=2)
+        line = error_line(excinfo, "does not support a quantized KV cache")
+        assert "kv_cache_scheme asks for an FP8 KV cache" in line, line
+        assert engine_config(scaled).parallel_config.sequence_parallel_size == 1
+        assert engine_config(scaled, sequence_parallel_size=2, kv_cache_dtype="bfloat16") \
+            .parallel_config.sequence_parallel_size == 2
 
 
 def test_cli_rejects_sp_not_dividing_the_heads(llama):

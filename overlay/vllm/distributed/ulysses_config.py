@@ -169,7 +169,7 @@ def verify_config(config: VllmConfig) -> None:
         raise ValueError(f"sequence_parallel_size > 1 supports generative models only, not "
                          f"runner '{mc.runner_type}'; use -sp 1")
     _check_heads(mc, tp, sp, what)
-    _check_kv_cache_scales(mc, what)
+    _check_kv_cache_dtype(config, mc, what)
     if config.speculative_config is not None:
         verify_speculative(config)
     sc = config.scheduler_config
@@ -203,19 +203,30 @@ def _check_heads(mc: Any, tp: int, sp: int, what: str) -> None:
                          "choose SP dividing or a multiple of the KV heads per TP rank")
 
 
-def _check_kv_cache_scales(mc: Any, what: str) -> None:
-    """Per-head FP8 KV-cache scales (compressed-tensors' ``kv_cache_scheme`` of
-    strategy ``attn_head``) are refused: each GPU loads its heads' scales
-    (``attention_head_shard``), yet SP's attention over them on
-    FlashAttention 3 departs from TP=1's where plain TP's does not, for a
-    cause not found yet (docs/models.md).  Per-tensor scales are not refused."""
-    qc = getattr(mc.hf_config, "quantization_config", None) or {}
-    scheme = qc.get("kv_cache_scheme") if isinstance(qc, dict) else getattr(
-        qc, "kv_cache_scheme", None)
-    if isinstance(scheme, dict) and scheme.get("strategy") == "attn_head":
-        raise ValueError(f"sequence_parallel_size > 1 does not support per-head KV-cache "
-                         f"scales ({what}'s kv_cache_scheme has strategy 'attn_head'): SP's "
-                         f"attention over them is wrong on GPU; use -sp 1")
+def _check_kv_cache_dtype(config: Any, mc: Any, what: str) -> None:
+    """A quantized KV cache is refused: ``--kv-cache-dtype fp8`` (or any
+    other quantized dtype), or the FP8 cache a checkpoint's
+    ``kv_cache_scheme`` turns on when the dtype is ``auto``.  SP's attention
+    over an FP8 cache on FlashAttention 3 departs from TP=1's where plain
+    TP's does not, with per-head scales and without scales alike, for a
+    cause not found yet (docs/models.md); the cache-write, query-quant and
+    attention kernels alone compute the same on the exchange's views."""
+    dtype = str(getattr(config.cache_config, "cache_dtype", "auto"))
+    if dtype == "auto":
+        qc = getattr(mc.hf_config, "quantization_config", None) or {}
+        scheme = qc.get("kv_cache_scheme") if isinstance(qc, dict) else getattr(
+            qc, "kv_cache_scheme", None)
+        if scheme is None:
+            return
+        source = f"{what}'s kv_cache_scheme asks for an FP8 KV cache"
+    elif dtype in ("bfloat16", "float16"):
+        return
+    else:
+        source = f"kv_cache_dtype '{dtype}'"
+    plain = str(mc.dtype).removeprefix("torch.")
+    raise ValueError(f"sequence_parallel_size > 1 does not support a quantized KV cache "
+                     f"({source}): SP's attention over it is wrong on GPU; use "
+                     f"--kv-cache-dtype {plain} or -sp 1")
 
 
 def lays_out_sp(config_cls: type) -> bool:
