@@ -627,7 +627,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
     if shift:
         kwargs.update(shift_parallel=True, shift_parallel_threshold=sc["shift_at"],
                       disable_log_stats=False)       # the steps per mode (_shift_steps)
-    if shift or tp * sp > 1 or not cpu or fam.get("kv_scales"):  # collective_rpc(_kernels, ...)
+    trace = os.environ.get("EQ_TRACE_DIR")    # attn_trace.py: one layer's dump a rank
+    if shift or tp * sp > 1 or not cpu or fam.get("kv_scales") or trace:  # collective_rpc
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     shared = not cpu and os.environ.get(shared_gpu.FLAG) == "1"
     if shared:                   # every rank on one GPU (``family --shared-gpu``)
@@ -692,6 +693,12 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         if got != want:
             raise SystemExit(f"{family} {layout}: the KV-cache scales loaded are "
                              f"{sorted(got)}, not the checkpoint's {sorted(want)}")
+    if trace:
+        from benchmarks import attn_trace
+
+        llm.collective_rpc(attn_trace.install, args=(
+            str(Path(trace) / layout), int(os.environ.get("EQ_TRACE_LAYER", "0")),
+            int(os.environ.get("EQ_TRACE_MIN_TOKENS", "256"))))
     cfg = llm.llm_engine.vllm_config
     pass_cfg = cfg.compilation_config.pass_config
     first_id = VL_FIRST_ID if fam.get("vl") else 3

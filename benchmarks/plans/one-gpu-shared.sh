@@ -46,13 +46,26 @@ EQ_JOBS=$ds_jobs shared eq_deepseek_v3 deepseek_v3 tp1 tp2 sp2 shift
 EQ_JOBS=$ds_jobs shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
 EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
   tp2_ep+mtp
-# FP8 KV cache under SP: llama_fp8kv's SP and Shift rows missed the bound on 0.33.0 (H100)
-# where its TP rows passed, and SP now refuses per-head KV-cache scales.  The kernels alone on
-# the exchange's column views, and FP8 without the checkpoint's scales (the common
-# --kv-cache-dtype fp8), before any other family.
-step fp8kv_probe env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.fp8kv_probe \
-  --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
+# FP8 KV cache under SP: llama_fp8kv's (per-head scales) and llama_kvfp8's (no scales) SP and
+# Shift rows missed the bound on 0.33.0 (H100) where their TP rows passed; SP refuses a
+# quantized KV cache since.  The kernels alone on the exchange's column views (once a folder),
+# then the refused path traced with the refusal lifted for these rows only
+# (harness.shared_gpu): layer 0's attention on every rank of TP=1, TP=2 and SP=2, compiled as
+# the rows ran and eager, each rank's heads against TP=1's (the dumps stay on the host).
+[[ -f $res/fp8kv-probe.json ]] || step fp8kv_probe env PYTHONPATH="$SITE_OURS" \
+  python3 -m benchmarks.fp8kv_probe --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
 shared eq_llama_kvfp8 llama_kvfp8 "${dense[@]}"
+fp8trace=$HOME/fp8-trace
+VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$fp8trace/compiled eq_dir=equiv-fp8-trace \
+  shared eq_kvfp8_trace llama_kvfp8 tp1 tp2 sp2
+VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$fp8trace/eager EQ_EAGER=1 eq_dir=equiv-fp8-eager \
+  shared eq_kvfp8_eager llama_kvfp8 tp1 tp2 sp2
+for mode in compiled eager; do
+  step "fp8_trace_$mode" python3 -m benchmarks.attn_trace compare "$fp8trace/$mode" \
+    --md "$res/fp8-trace-$mode.md" --json "$res/fp8-trace-$mode.json"
+done
+step fp8_eager_report python3 -m benchmarks.equivalence report "$res/equiv-fp8-eager" \
+  --md "$res/equiv-fp8-eager/report.md"
 # What never ran on any GPU (Falcon-H1, Zamba2, ALiBi, Mistral) before the multimodal
 # families that ran on several.  llama_fp8kv (per-head KV scales) is out while SP refuses it.
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe falcon_h1 zamba2 \

@@ -24,6 +24,11 @@ names ``register``.  vLLM loads it in each of its processes (where the engine's
 arguments are read, the engine core, each worker) when ``dir`` is on PYTHONPATH and
 VLLM_SP_SHARED_GPU=1 (``env``); without that flag ``register`` does nothing.  The
 module imports nothing beyond the standard library at import time.
+
+A diagnostic only this plugin can run: with VLLM_SP_ALLOW_QUANTIZED_KV=1 as well, SP's
+refusal of a quantized KV cache is lifted in every process, so that the refused path
+can be traced on a GPU (``benchmarks/attn_trace.py``); no result of such a run is a
+supported configuration.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import os
 from pathlib import Path
 
 FLAG = "VLLM_SP_SHARED_GPU"
+ALLOW_QUANTIZED_KV = "VLLM_SP_ALLOW_QUANTIZED_KV"
 MODULE = "vllm_sp_shared_gpu"
 DIST = "vllm_sp_shared_gpu-0.1.dist-info"
 HOSTID = "shared-gpu"
@@ -56,6 +62,10 @@ def register() -> None:
     os.register_at_fork(after_in_child=_own_host)
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     os.environ.update(IPC_ALL_REDUCES_OFF)
+    if os.environ.get(ALLOW_QUANTIZED_KV) == "1":
+        from vllm.distributed import ulysses_config
+
+        ulysses_config._check_kv_cache_dtype = lambda *args: None
 
     from vllm.engine.arg_utils import EngineArgs
 
