@@ -52,9 +52,10 @@ EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_
 # then the refused path traced with the refusal lifted for these rows only
 # (harness.shared_gpu): layer 0's attention on every rank of TP=1, TP=2 and SP=2, compiled as
 # the rows ran and eager, each rank's heads against TP=1's (the dumps stay on the host).
+# llama_kvfp8's own rows lift it too: whether the release still computes the refused path wrong.
 [[ -f $res/fp8kv-probe.json ]] || step fp8kv_probe env PYTHONPATH="$SITE_OURS" \
   python3 -m benchmarks.fp8kv_probe --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
-shared eq_llama_kvfp8 llama_kvfp8 "${dense[@]}"
+VLLM_SP_ALLOW_QUANTIZED_KV=1 shared eq_llama_kvfp8 llama_kvfp8 "${dense[@]}"
 fp8trace=$HOME/fp8-trace
 VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$fp8trace/compiled eq_dir=equiv-fp8-trace \
   shared eq_kvfp8_trace llama_kvfp8 tp1 tp2 sp2
