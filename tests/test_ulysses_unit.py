@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from harness.gloo import run_ranks
+from harness.repo import VERSION
 
 # ------------------------------------------------------------------ layout
 
@@ -152,6 +153,14 @@ def exchange_on_each_rank(rank, world, tp, sp, cfg):
         assert len(kv_heads) == lkv, (kv_heads, lkv)
         cols = torch.cat([torch.arange(h * D, (h + 1) * D) for h in kv_heads])
         assert torch.equal(k, k_all[:, cols]) and torch.equal(v, v_all[:, cols]), (H, KV, "kv")
+        # an FP8 query (quantized before the exchange) rides as its bytes beside k and v
+        q8 = q_all.to(torch.float8_e4m3fn)
+        got8, k8, v8 = ulysses.heads_from_tokens([q8[rows], k_all[rows], v_all[rows]],
+                                                 [1, rep, rep], group)
+        want8 = q8[:, s * lh * D:(s + 1) * lh * D]
+        assert got8.dtype == q8.dtype and torch.equal(got8.view(torch.uint8),
+                                                      want8.view(torch.uint8)), (H, KV, "fp8 q")
+        assert torch.equal(k8, k) and torch.equal(v8, v), (H, KV, "kv beside fp8 q")
         # the same exchange as one buffer (a core reading q | k | v packed): those
         # columns side by side, written by the collective, not copied after it
         packed = ulysses.heads_from_tokens_packed(
@@ -180,6 +189,36 @@ def exchange_on_each_rank(rank, world, tp, sp, cfg):
                  [5, 0, 3]):
         got = ulysses.gather_rows(ulysses.shard_tokens(x), torch.tensor(rows))
         assert torch.equal(got, x[rows]), rows
+
+
+def test_fp8_query_quantized_before_the_exchange():
+    """From 0.33.0 a query the backend takes in FP8 with one scale is
+    quantized before the exchange, where TP's compiled graph quantizes it
+    (beside the rotary embedding, straight from float32); no query quantizer,
+    a backend that takes no FP8 query, per-head scales (this GPU holds only
+    its heads') and a query already in FP8 leave it as it is.  The older
+    series quantize after the exchange (and SP refuses their FP8 caches)."""
+    from vllm.model_executor.layers.attention.attention import Attention
+
+    if VERSION in ("0.26.0", "0.32.0"):
+        assert not hasattr(Attention, "_query_before_exchange")
+        return
+    fp8 = torch.float8_e4m3fn
+
+    def layer(quant=True, takes_fp8=True, scales=1):
+        return SimpleNamespace(
+            query_quant=(lambda q, s: ((q.float() / s).to(fp8), s)) if quant else None,
+            impl=SimpleNamespace(supports_quant_query_input=takes_fp8),
+            _q_scale=torch.full((scales,), 2.0) if scales > 1 else torch.tensor(2.0))
+
+    before = Attention._query_before_exchange
+    q = torch.randn(6, 16, dtype=torch.bfloat16)
+    got = before(layer(), q)
+    assert got.dtype == fp8 and torch.equal(got.view(torch.uint8),
+                                            (q.float() / 2).to(fp8).view(torch.uint8))
+    for other in (layer(quant=False), layer(takes_fp8=False), layer(scales=4)):
+        assert before(other, q) is q
+    assert before(layer(), got) is got
 
 
 def test_exchange_op_takes_contiguous_input_from_inductor():

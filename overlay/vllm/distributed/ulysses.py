@@ -366,9 +366,14 @@ def heads_from_tokens(tensors: list[torch.Tensor], repeats: list[int],
                       group: GroupCoordinator) -> list[torch.Tensor]:
     """Token-sharded [n, h_i*D] tensors -> head-sharded [SP*n, h_i*D/SP]
     over all tokens of the step, in one collective: column views of one
-    buffer (``heads_from_tokens_packed``)."""
-    flat, widths = _exchange_heads(tensors, repeats, group)
-    return list(torch.split(flat, widths, dim=-1))
+    buffer (``heads_from_tokens_packed``).  A tensor of another dtype than
+    the last (an FP8 query beside bfloat16 keys and values) rides as its
+    bytes in the last one's dtype and comes back in its own."""
+    carrier = tensors[-1].dtype
+    flat, widths = _exchange_heads(
+        [t if t.dtype == carrier else t.view(carrier) for t in tensors], repeats, group)
+    return [p if t.dtype == carrier else p.view(t.dtype)
+            for p, t in zip(torch.split(flat, widths, dim=-1), tensors)]
 
 
 def heads_from_tokens_packed(tensors: list[torch.Tensor], repeats: list[int],
