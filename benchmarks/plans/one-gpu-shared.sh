@@ -48,25 +48,20 @@ EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_
   tp2_ep+mtp
 # FP8 KV cache under SP: llama_fp8kv's (per-head scales) and llama_kvfp8's (no scales) SP and
 # Shift rows missed the bound on 0.33.0 (H100) where their TP rows passed; SP refuses a
-# quantized KV cache since.  The kernels alone on the exchange's column views (once a folder),
-# then the refused path traced with the refusal lifted for these rows only
-# (harness.shared_gpu): layer 0's attention on every rank of TP=1, TP=2 and SP=2, compiled as
-# the rows ran and eager, each rank's heads against TP=1's (the dumps stay on the host).
-# llama_kvfp8's own rows lift it too: whether the release still computes the refused path wrong.
+# quantized KV cache since.  The kernels alone on the exchange's column views (once a folder);
+# llama_kvfp8 with the refusal lifted for its rows only (harness.shared_gpu), on the series
+# that quantizes the query before the exchange (attention-fp8-query-before-exchange: 0.33.0's
+# rows in equiv/ ran before it) into equiv-fp8q/, layer 0's attention traced on every rank
+# of each layout and each rank's heads held against TP=1's (the dumps stay on the host):
+# whether the query, the cache or the attention op departs.
 [[ -f $res/fp8kv-probe.json ]] || step fp8kv_probe env PYTHONPATH="$SITE_OURS" \
   python3 -m benchmarks.fp8kv_probe --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
-VLLM_SP_ALLOW_QUANTIZED_KV=1 shared eq_llama_kvfp8 llama_kvfp8 "${dense[@]}"
-fp8trace=$HOME/fp8-trace
-VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$fp8trace/compiled eq_dir=equiv-fp8-trace \
-  shared eq_kvfp8_trace llama_kvfp8 tp1 tp2 sp2
-VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$fp8trace/eager EQ_EAGER=1 eq_dir=equiv-fp8-eager \
-  shared eq_kvfp8_eager llama_kvfp8 tp1 tp2 sp2
-for mode in compiled eager; do
-  step "fp8_trace_$mode" python3 -m benchmarks.attn_trace compare "$fp8trace/$mode" \
-    --md "$res/fp8-trace-$mode.md" --json "$res/fp8-trace-$mode.json"
-done
-step fp8_eager_report python3 -m benchmarks.equivalence report "$res/equiv-fp8-eager" \
-  --md "$res/equiv-fp8-eager/report.md"
+VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$HOME/fp8-trace eq_dir=equiv-fp8q \
+  shared eq_kvfp8_q llama_kvfp8 "${dense[@]}"
+step fp8q_report python3 -m benchmarks.equivalence report "$res/equiv-fp8q" \
+  --md "$res/equiv-fp8q/report.md"
+step fp8_trace python3 -m benchmarks.attn_trace compare "$HOME/fp8-trace" \
+  --md "$res/fp8-trace.md" --json "$res/fp8-trace.json"
 # What never ran on any GPU (Falcon-H1, Zamba2, ALiBi, Mistral) before the multimodal
 # families that ran on several.  llama_fp8kv (per-head KV scales) is out while SP refuses it.
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe falcon_h1 zamba2 \
