@@ -164,7 +164,9 @@ def compare_one(ref: dict, got: dict) -> dict:
     return row
 
 
-def compare(trace_dir: Path, ref_layout: str = "tp1") -> list[dict]:
+def compare(trace_dir: Path, ref_layout: str = "tp1") -> tuple[list[dict], str]:
+    """Every other layout's ranks against ``ref_layout``'s dump; and the
+    reference's scheduler metadata, named as the rows name theirs."""
     import torch
 
     ref = torch.load(trace_dir / ref_layout / "rank0.pt", weights_only=False)
@@ -173,7 +175,7 @@ def compare(trace_dir: Path, ref_layout: str = "tp1") -> list[dict]:
         for f in sorted(d.glob("rank*.pt")):
             got = torch.load(f, weights_only=False)
             rows.append({"layout": d.name, "rank": f.stem, **compare_one(ref, got)})
-    return rows
+    return rows, _digest(ref.get("scheduler_metadata"))
 
 
 def to_md(rows: list[dict], ref_layout: str, ref_digest: str) -> str:
@@ -205,11 +207,8 @@ def main() -> None:
     c.add_argument("--md", type=Path)
     c.add_argument("--json", type=Path)
     a = ap.parse_args()
-    import torch
-
-    rows = compare(a.trace_dir, a.ref)
-    ref = torch.load(a.trace_dir / a.ref / "rank0.pt", weights_only=False)
-    md = to_md(rows, a.ref, _digest(ref.get("scheduler_metadata")))
+    rows, ref_digest = compare(a.trace_dir, a.ref)
+    md = to_md(rows, a.ref, ref_digest)
     print(md)
     if a.md:
         a.md.write_text(md)
