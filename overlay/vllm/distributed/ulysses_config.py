@@ -207,10 +207,11 @@ def _check_kv_cache_dtype(config: Any, mc: Any, what: str) -> None:
     """A quantized KV cache is refused: ``--kv-cache-dtype fp8`` (or any
     other quantized dtype), or the FP8 cache a checkpoint's
     ``kv_cache_scheme`` turns on when the dtype is ``auto``.  SP's attention
-    over an FP8 cache on FlashAttention 3 departs from TP=1's where plain
-    TP's does not, with per-head scales and without scales alike, for a
-    cause not found yet (docs/models.md); the cache-write, query-quant and
-    attention kernels alone compute the same on the exchange's views."""
+    over an FP8 cache on FlashAttention 3 departed from TP=1's where plain
+    TP's did not, with per-head scales and without scales alike, though the
+    cache-write, query-quant and attention kernels alone compute the same
+    on the exchange's views (docs/models.md).  Refused until a GPU row shows
+    SP within bound with the query quantized before the exchange."""
     dtype = str(getattr(config.cache_config, "cache_dtype", "auto"))
     if dtype == "auto":
         qc = getattr(mc.hf_config, "quantization_config", None) or {}
