@@ -326,15 +326,23 @@ def test_encoder_decoder_rejected(tmp_path):
 
 def test_quantized_kv_cache_refused(llama, tmp_path):
     """A quantized KV cache is refused under SP in one line naming the
-    unquantized dtype: `--kv-cache-dtype fp8`, and the FP8 cache a
-    checkpoint's kv_cache_scheme turns on at `auto` (per-head and per-tensor
-    scales alike); plain TP builds both, and an explicit bfloat16 cache
-    keeps SP."""
-    with pytest.raises(Exception) as excinfo:
-        engine_config(llama, sequence_parallel_size=2, kv_cache_dtype="fp8")
-    line = error_line(excinfo, "does not support a quantized KV cache")
-    assert "kv_cache_dtype 'fp8'" in line and "--kv-cache-dtype bfloat16 or -sp 1" in line, line
-    assert engine_config(llama, kv_cache_dtype="fp8").cache_config.cache_dtype == "fp8"
+    unquantized dtype, but `--kv-cache-dtype fp8` (one scale) from 0.33 on,
+    whose attention quantizes the query before the exchange: the FP8 cache a
+    checkpoint's kv_cache_scheme turns on (per-head and per-tensor scales
+    alike, at `auto` and at `fp8`), and the other quantized dtypes.  Plain TP
+    builds them all, and an explicit bfloat16 cache keeps SP."""
+    single_scale = VERSION not in ("0.26.0", "0.32.0")
+    for dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        assert engine_config(llama, kv_cache_dtype=dtype).cache_config.cache_dtype == dtype
+        if single_scale and dtype != "fp8_e5m2":
+            cfg = engine_config(llama, sequence_parallel_size=2, kv_cache_dtype=dtype)
+            assert cfg.parallel_config.sequence_parallel_size == 2, dtype
+            continue
+        with pytest.raises(Exception) as excinfo:
+            engine_config(llama, sequence_parallel_size=2, kv_cache_dtype=dtype)
+        line = error_line(excinfo, "does not support a quantized KV cache")
+        assert f"kv_cache_dtype '{dtype}'" in line, line
+        assert "--kv-cache-dtype bfloat16 or -sp 1" in line, line
     cfg = json.loads((llama / "config.json").read_text())
     scheme = dict(num_bits=8, type="float", strategy="attn_head", dynamic=False, symmetric=True)
     for strategy in ("attn_head", "tensor"):
@@ -342,10 +350,11 @@ def test_quantized_kv_cache_refused(llama, tmp_path):
                                           config_groups={}, ignore=[],
                                           kv_cache_scheme=dict(scheme, strategy=strategy))
         scaled = write_config(tmp_path / strategy, cfg)
-        with pytest.raises(Exception) as excinfo:
-            engine_config(scaled, sequence_parallel_size=2)
-        line = error_line(excinfo, "does not support a quantized KV cache")
-        assert "kv_cache_scheme asks for an FP8 KV cache" in line, line
+        for dtype in ("auto", "fp8"):
+            with pytest.raises(Exception) as excinfo:
+                engine_config(scaled, sequence_parallel_size=2, kv_cache_dtype=dtype)
+            line = error_line(excinfo, "does not support a quantized KV cache")
+            assert "kv_cache_scheme asks for an FP8 KV cache" in line, line
         assert engine_config(scaled).parallel_config.sequence_parallel_size == 1
         assert engine_config(scaled, sequence_parallel_size=2, kv_cache_dtype="bfloat16") \
             .parallel_config.sequence_parallel_size == 2

@@ -204,23 +204,26 @@ def _check_heads(mc: Any, tp: int, sp: int, what: str) -> None:
 
 
 def _check_kv_cache_dtype(config: Any, mc: Any, what: str) -> None:
-    """A quantized KV cache is refused: ``--kv-cache-dtype fp8`` (or any
-    other quantized dtype), or the FP8 cache a checkpoint's
-    ``kv_cache_scheme`` turns on when the dtype is ``auto``.  SP's attention
-    over an FP8 cache on FlashAttention 3 departed from TP=1's where plain
-    TP's did not, with per-head scales and without scales alike, though the
-    cache-write, query-quant and attention kernels alone compute the same
-    on the exchange's views (docs/models.md).  Refused until a GPU row shows
-    SP within bound with the query quantized before the exchange."""
+    """A quantized KV cache is refused, but for an FP8 (e4m3) one of one scale
+    from vLLM 0.33 on: there the attention layer quantizes the query before
+    the exchange (patch attention-fp8-query-before-exchange), as plain TP's
+    compiled graph does; quantized after it, from its bfloat16 copy, it
+    rounded twice and SP's logprobs departed from TP=1's by three times plain
+    TP's spread on FlashAttention 3.  Still refused: a checkpoint's
+    ``kv_cache_scheme`` (its per-head query scales keep the old path), with
+    ``auto`` (which turns the FP8 cache on) or an FP8 dtype alike; any other
+    quantized dtype; and the older series, which lack the patch."""
     dtype = str(getattr(config.cache_config, "cache_dtype", "auto"))
-    if dtype == "auto":
-        qc = getattr(mc.hf_config, "quantization_config", None) or {}
-        scheme = qc.get("kv_cache_scheme") if isinstance(qc, dict) else getattr(
-            qc, "kv_cache_scheme", None)
-        if scheme is None:
-            return
-        source = f"{what}'s kv_cache_scheme asks for an FP8 KV cache"
-    elif dtype in ("bfloat16", "float16"):
+    if dtype in ("bfloat16", "float16"):
+        return
+    qc = getattr(mc.hf_config, "quantization_config", None) or {}
+    scheme = qc.get("kv_cache_scheme") if isinstance(qc, dict) else getattr(
+        qc, "kv_cache_scheme", None)
+    if scheme is not None:
+        source = f"{what}'s kv_cache_scheme asks for an FP8 KV cache with its scales"
+    elif dtype == "auto":
+        return
+    elif dtype in ("fp8", "fp8_e4m3") and _release() >= (0, 33):
         return
     else:
         source = f"kv_cache_dtype '{dtype}'"
