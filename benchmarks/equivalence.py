@@ -285,6 +285,9 @@ FAMILIES["llama_fp8kv"] = dict(FAMILIES["llama"], drafters=(), kv_scales="attn_h
 # the FP8 KV cache most users turn on, and, beside llama_fp8kv, whether an SP gap is the
 # per-head scales' or FP8's.
 FAMILIES["llama_kvfp8"] = dict(FAMILIES["llama"], drafters=(), kv_cache_dtype="fp8")
+# One FP8 scale per layer from the checkpoint (strategy tensor, as llm-compressor's default
+# FP8 KV recipe writes): the single-scale path of llama_kvfp8 with scales other than 1.0.
+FAMILIES["llama_fp8kv_tensor"] = dict(FAMILIES["llama"], drafters=(), kv_scales="tensor")
 # A multimodal family's tokenizer holds its vision tokens (harness.models.VL_TOKENS) right
 # after <unk> <s> </s>; prompts draw their text from VL_FIRST_ID on, so that no random id
 # is a placeholder.
@@ -385,7 +388,8 @@ def make_ckpt(family: str, out: Path, seed: int = 0) -> None:
             cls = getattr(transformers, spec["cls"])
             beside = [models.tokenizer(vocab=VOCAB)]
             if spec.get("kv_scales"):
-                scales = KVScales(cfg.num_hidden_layers, cfg.num_key_value_heads)
+                scales = KVScales(cfg.num_hidden_layers, cfg.num_key_value_heads,
+                                  spec["kv_scales"])
                 beside.append(scales)
                 fields = {"quantization_config": scales.config()}
         models.save_random(out, cfg, cls, dtype="bfloat16", seed=seed, std=0.05,
@@ -396,36 +400,40 @@ def make_ckpt(family: str, out: Path, seed: int = 0) -> None:
 
 
 class KVScales:
-    """Per-head FP8 KV-cache scales for a checkpoint (``beside`` of
+    """FP8 KV-cache scales for a checkpoint (``beside`` of
     ``models.save_random``), as llm-compressor writes them: compressed-tensors'
-    ``kv_cache_scheme`` of strategy ``attn_head`` in config.json and each
-    layer's ``self_attn.{k,v}_scale`` of shape [KV heads, 1, 1], in a
-    safetensors file of their own (added to the index where there is one).
-    KV head h's scale is ``BASE * 2**(h % 4)``: ~1/100 of a key's spread on
-    the seeded weights at its middle, so a head's keys quantize within
-    FP8's range at one scale and clip or lose precision at another's."""
+    ``kv_cache_scheme`` in config.json and each layer's
+    ``self_attn.{k,v}_scale`` in a safetensors file of their own (added to the
+    index where there is one).  Strategy ``attn_head``: shape [KV heads, 1, 1],
+    KV head h's scale ``BASE * 2**(h % 4)``: ~1/100 of a key's spread on the
+    seeded weights at its middle, so a head's keys quantize within FP8's
+    range at one scale and clip or lose precision at another's.  Strategy
+    ``tensor``: one scale a layer, ``BASE * 4``."""
 
     BASE = 0.005
     FILE = "kv_scales.safetensors"
 
-    def __init__(self, layers: int, kv_heads: int):
-        self.layers, self.kv_heads = layers, kv_heads
+    def __init__(self, layers: int, kv_heads: int, strategy: str = "attn_head"):
+        self.layers, self.kv_heads, self.strategy = layers, kv_heads, strategy
 
     @classmethod
-    def values(cls, kv_heads: int) -> list[float]:
+    def values(cls, kv_heads: int, strategy: str = "attn_head") -> list[float]:
+        if strategy == "tensor":
+            return [cls.BASE * 4]
         return [cls.BASE * 2 ** (h % 4) for h in range(kv_heads)]
 
     def config(self) -> dict:
         return {"quant_method": "compressed-tensors", "format": "dense", "config_groups": {},
                 "ignore": [], "kv_cache_scheme": {"num_bits": 8, "type": "float",
-                                                  "strategy": "attn_head", "dynamic": False,
+                                                  "strategy": self.strategy, "dynamic": False,
                                                   "symmetric": True}}
 
     def save_pretrained(self, path) -> None:
         import torch
         from safetensors.torch import save_file
 
-        s = torch.tensor(self.values(self.kv_heads), dtype=torch.float32).view(-1, 1, 1)
+        s = torch.tensor(self.values(self.kv_heads, self.strategy), dtype=torch.float32)
+        s = s.view(-1, 1, 1) if self.strategy == "attn_head" else s.view(1)
         weights = {f"model.layers.{i}.self_attn.{kv}_scale": s.clone()
                    for i in range(self.layers) for kv in "kv"}
         save_file(weights, Path(path) / self.FILE, metadata={"format": "pt"})
@@ -689,7 +697,7 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         # scales that failed to load stay 1.0 on every layout, which would then agree
         heads = json.loads((ckpt / "config.json").read_text())["num_key_value_heads"]
         got = {round(v, 6) for rank in kv_scales for model in rank.values() for v in model}
-        want = {round(v, 6) for v in KVScales.values(heads)}
+        want = {round(v, 6) for v in KVScales.values(heads, fam["kv_scales"])}
         if got != want:
             raise SystemExit(f"{family} {layout}: the KV-cache scales loaded are "
                              f"{sorted(got)}, not the checkpoint's {sorted(want)}")

@@ -47,17 +47,19 @@ EQ_JOBS=$ds_jobs shared eq_deepseek_v3_ep deepseek_v3 tp2_ep sp2_ep shift_ep tp4
 EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_shift tp1+mtp shift_ep+mtp \
   tp2_ep+mtp
 # FP8 KV cache under SP: llama_fp8kv's (per-head scales) and llama_kvfp8's (no scales) SP and
-# Shift rows missed the bound on 0.33.0 (H100) where their TP rows passed; SP refuses a
-# quantized KV cache since.  The kernels alone on the exchange's column views (once a folder);
-# llama_kvfp8 with the refusal lifted for its rows only (harness.shared_gpu), on the series
-# that quantizes the query before the exchange (attention-fp8-query-before-exchange: 0.33.0's
-# rows in equiv/ ran before it) into equiv-fp8q/, layer 0's attention traced on every rank
-# of each layout and each rank's heads held against TP=1's (the dumps stay on the host):
-# whether the query, the cache or the attention op departs.
+# Shift rows missed the bound on 0.33.0 (H100) where their TP rows passed, while the kernels
+# alone on the exchange's column views (once a folder) computed the same.  llama_kvfp8 on the
+# series that quantizes the query before the exchange (attention-fp8-query-before-exchange:
+# 0.33.0's rows in equiv/ ran before it) into equiv-fp8q/, layer 0's attention traced on every
+# rank of each layout and each rank's heads held against TP=1's (the dumps stay on the host);
+# then a checkpoint's per-tensor scales, which SP still refuses: lifted for these rows only
+# (harness.shared_gpu).
 [[ -f $res/fp8kv-probe.json ]] || step fp8kv_probe env PYTHONPATH="$SITE_OURS" \
   python3 -m benchmarks.fp8kv_probe --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
 VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$HOME/fp8-trace eq_dir=equiv-fp8q \
   shared eq_kvfp8_q llama_kvfp8 "${dense[@]}"
+VLLM_SP_ALLOW_QUANTIZED_KV=1 eq_dir=equiv-fp8q shared eq_fp8kv_tensor llama_fp8kv_tensor \
+  "${dense[@]}"
 step fp8q_report python3 -m benchmarks.equivalence report "$res/equiv-fp8q" \
   --md "$res/equiv-fp8q/report.md"
 step fp8_trace python3 -m benchmarks.attn_trace compare "$HOME/fp8-trace" \
