@@ -22,6 +22,10 @@ eq_timeout=600 eq eq_llama llama tp1 tp2 tp4 sp2 shift tp2sp2_shift
 # Shift (its config is resolved twice there too: ulysses_config.sizes_resolved).
 eq eq_llama_spec llama tp1+ngram shift+ngram tp2sp2_shift+ngram tp1+draft shift+draft \
   tp1+eagle3 shift+eagle3 tp2sp2_shift+eagle3 tp1+draft32 shift+draft32 sp2+draft
+# Where the bf16 target leaves TP=1's greedy path on most prompts (the draft model at SP=2
+# and under Shift did, on 6 and 9 of 9), the rule judges acceptance over all prompts against
+# upstream's own spread: TP=2 with the same drafter; SP=2's float32 twin names rounding.
+eq eq_llama_draft_spread llama tp2+draft sp2+draft32
 # TP=2 with MTP: upstream's own spread, the bound where Shift's target leaves TP=1's greedy
 # path on most prompts (Qwen3-Next's did on 5 of 9 on an H100).
 for fam in qwen3_next glm4_moe; do
