@@ -208,8 +208,7 @@ def _check_kv_cache_dtype(config: Any, mc: Any, what: str) -> None:
     from vLLM 0.33 on: there the attention layer quantizes the query before
     the exchange (patch attention-fp8-query-before-exchange), as plain TP's
     compiled graph does; quantized after it, from its bfloat16 copy, it
-    rounded twice and SP's logprobs departed from TP=1's by three times plain
-    TP's spread on FlashAttention 3.  Still refused: a checkpoint's
+    would round twice.  Still refused: a checkpoint's
     ``kv_cache_scheme`` (its per-head query scales keep the old path), with
     ``auto`` (which turns the FP8 cache on) or an FP8 dtype alike; any other
     quantized dtype; and the older series, which lack the patch."""
