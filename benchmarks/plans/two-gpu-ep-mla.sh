@@ -29,11 +29,12 @@ if (( gpus >= 2 )); then
   eq eq_qwen3_moe_a3b_ngram qwen3_moe_a3b tp1+ngram shift_ep+ngram tp2_ep+ngram
   eq eq_llama_spec llama tp1+ngram shift+ngram tp1+eagle3 shift+eagle3
 fi
-# Every other family, three at a time (small shapes: the cards hold them together).  Not
-# the FP8 KV-cache families: SP refuses a quantized KV cache, traced on the one-GPU tier.
+# Every other family, three at a time (small shapes: the cards hold them together).  The
+# FP8 KV cache of one scale (llama_kvfp8), which SP serves from 0.33.0 on; not the per-head
+# scales of llama_fp8kv, which it refuses.
 export EQ_GPU_UTIL=0.1
 fams=(llama qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 qwen3_vl
-      gemma3_vl qwen2_5_vl falcon_h1 zamba2 mistral bloom)
+      gemma3_vl qwen2_5_vl falcon_h1 zamba2 mistral bloom llama_kvfp8)
 for ((i = 0; i < ${#fams[@]}; i += 3)); do
   for fam in "${fams[@]:i:3}"; do eq "eq_$fam" "$fam" "${layouts[@]}" & done
   wait
