@@ -318,7 +318,11 @@ SPECS = {"ngram": dict(method="ngram", num_speculative_tokens=3, prompt_lookup_m
          "draft": dict(method="draft_model", num_speculative_tokens=3),
          "draft32": dict(method="draft_model", num_speculative_tokens=3),
          "eagle3": dict(method="eagle3", num_speculative_tokens=3),
-         "mtp": dict(method="mtp", num_speculative_tokens=1)}
+         "mtp": dict(method="mtp", num_speculative_tokens=1),
+         # vLLM 0.34.0's GPU suffix speculator (native; earlier releases' needs
+         # arctic-inference, which the GPU environment lacks): a request's own
+         # history and the finished requests' outputs, no drafter model.
+         "suffix": dict(method="suffix", num_speculative_tokens=3)}
 DRAFTED = ("eagle3", "mtp")
 # The draft model again with the engine in float32: the target as its own
 # drafter accepts a draft wherever both compute the same argmax, and in
@@ -329,9 +333,9 @@ DRAFTED = ("eagle3", "mtp")
 # else would still be rejected.
 FLOAT32 = ("draft32",)
 # The rows whose target is DIR-repeat (or DIR-mtp, built on it): a random
-# model's greedy run never repeats, so neither a drafter nor n-gram lookup would find
-# anything to propose.
-REPEATING = ("ngram", *DRAFTED)
+# model's greedy run never repeats, so neither a drafter nor n-gram or suffix lookup
+# would find anything to propose.
+REPEATING = ("ngram", "suffix", *DRAFTED)
 # vLLM's default max_num_seqs on an H100/H200 (1024) fits neither a GDN
 # family's state at TP=1 within the 2 GiB KV budget (Qwen3.5: 668 blocks)
 # nor a draft model's k slots a sequence within max_num_batched_tokens
@@ -459,7 +463,7 @@ def drafter_dir(ckpt: Path, spec: str) -> Path:
 
 def spec_target(ckpt: Path, spec: str) -> Path:
     """The checkpoint a ``LAYOUT+spec`` row serves: DIR-mtp (the repeating
-    target with its MTP layer), DIR-repeat for EAGLE-3 and n-gram lookup,
+    target with its MTP layer), DIR-repeat for EAGLE-3, n-gram and suffix lookup,
     else (no spec; the target as its own draft model) DIR itself."""
     if spec == "mtp":
         return drafter_dir(ckpt, "mtp")

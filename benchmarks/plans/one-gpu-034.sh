@@ -26,6 +26,9 @@ eq eq_llama_spec llama tp1+ngram shift+ngram tp2sp2_shift+ngram tp1+draft shift+
 # and under Shift did, on 6 and 9 of 9), the rule judges acceptance over all prompts against
 # upstream's own spread: TP=2 with the same drafter; SP=2's float32 twin names rounding.
 eq eq_llama_draft_spread llama tp2+draft sp2+draft32
+# Suffix decoding, 0.34.0's own GPU speculator (a token corpus on each rank, no drafter
+# model): under Shift at SP=2 and TP=2 x SP=2.
+eq eq_llama_suffix llama tp1+suffix shift+suffix tp2sp2_shift+suffix
 # TP=2 with MTP: upstream's own spread, the bound where Shift's target leaves TP=1's greedy
 # path on most prompts (Qwen3-Next's did on 5 of 9 on an H100).
 for fam in qwen3_next glm4_moe; do
