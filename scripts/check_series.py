@@ -39,9 +39,11 @@ only applies after a later one); this is the cheap check CI runs first.
 from __future__ import annotations
 
 import argparse
+import builtins
 import os
 import re
 import subprocess
+import symtable
 import sys
 import tarfile
 import tempfile
@@ -174,6 +176,7 @@ def check_applies(version: str, version_dir: Path, cache: Path) -> list[str]:
         # Outside any repository git apply works on plain files; the ceiling
         # keeps it from finding one above the temp dir.
         env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tree.parent))
+        pristine = {f: f.read_text() for f in tree.rglob("*.py")}
         for p in patches:
             for args in (["--check"], []):
                 proc = subprocess.run(["git", "apply", "--whitespace=nowarn", *args, str(p)],
@@ -184,7 +187,33 @@ def check_applies(version: str, version_dir: Path, cache: Path) -> list[str]:
                              or [proc.stderr.strip().splitlines()[0]])
                     return [(f"{p.name} does not apply after the patches before it: "
                              f"{', '.join(files)}")]
-    return []
+        return [f"{f.relative_to(tree)}: {func}() reads '{name}', which nothing defines"
+                for f in sorted(tree.rglob("*.py"))
+                for func, name in sorted(undefined_names(f.read_text(), str(f))
+                                         - undefined_names(pristine.get(f, ""), str(f)))]
+
+
+def undefined_names(source: str, path: str) -> set[tuple[str, str]]:
+    """(function, name): a name a function reads as a global that the module
+    never binds and builtins lack.  Checked on the files the series touches,
+    against the same check of the pristine file: a hand-resolved conflict
+    that drops a parameter a body still reads imports and builds, and fails
+    only when that function runs (on a GPU, where CI has none)."""
+    found = set()
+
+    def walk(table: symtable.SymbolTable) -> None:
+        for child in table.get_children():
+            if child.get_type() == "function":
+                found.update((child.get_name(), s.get_name()) for s in child.get_symbols()
+                             if s.is_global() and not s.is_declared_global()
+                             and s.get_name() not in module
+                             and not s.get_name().startswith("__")
+                             and not hasattr(builtins, s.get_name()))
+            walk(child)
+    table = symtable.symtable(source, path, "exec")
+    module = {s.get_name() for s in table.get_symbols()}
+    walk(table)
+    return found
 
 
 def check(version: str, patches_dir: Path, cache: Path) -> list[str]:

@@ -325,6 +325,35 @@ def test_check_series_wants_the_header_fields(tmp_path):
 
 
 @pytest.mark.once
+def test_check_series_finds_a_name_nothing_defines(tmp_path):
+    """A function a patch leaves reading a name that neither it nor its
+    module binds (a parameter a hand resolution dropped: 0.34.0's MLA
+    _attend once read mqa_q_prepared so) fails check_series.py with one line
+    naming the file, the function and the name; names the pristine file
+    reads so already are not reported."""
+    vdir = tmp_path / f"v{VERSION}"
+    shutil.copytree(VERSION_DIR, vdir)
+    planted = vdir / "config-sequence-parallel-size.patch"
+    planted.write_text(planted.read_text() + (
+        "diff --git a/vllm/sp_probe.py b/vllm/sp_probe.py\n"
+        "new file mode 100644\n"
+        "--- /dev/null\n"
+        "+++ b/vllm/sp_probe.py\n"
+        "@@ -0,0 +1,4 @@\n"
+        "+import os\n"
+        "+def attend(q, output_shape=None):\n"
+        "+    return q, output_shape, os.sep, len(q), mqa_q_prepared\n"
+        "+\n"))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
+                           "--version", VERSION, "--cache", str(CACHE),
+                           "--patches-dir", str(tmp_path)], text=True, capture_output=True)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"check_series: v{VERSION}: vllm/sp_probe.py: attend() reads 'mqa_q_prepared', "
+        "which nothing defines"], proc.stderr
+
+
+@pytest.mark.once
 def test_check_series_holds_the_design_table_to_the_series(tmp_path):
     """docs/design.md's series table, which a newcomer reads as the design,
     names every release's slugs and only those: planted, a patch renamed in
