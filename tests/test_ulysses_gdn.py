@@ -101,6 +101,17 @@ def gdn_plan_on_each_rank(rank, world, tp, sp, cfg):
     assert got.shape == (n, Hv // tp, dv), got.shape
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (got - want).abs().max()
 
+    # On CUDA with a drafter, Qwen3.5's layout would take the fused spec-decode
+    # kernel, which skips the exchange: the plan turns it off, in the view too.
+    from vllm.distributed.ulysses_gdn import LinearAttentionPlan
+    table = cfg.compilation_config.static_forward_context
+    mixer.enable_fused_gdn_spec_decode = True
+    table[name] = mixer
+    with set_current_vllm_config(cfg):
+        assert LinearAttentionPlan.maybe_create(mixer) is not None
+    assert not mixer.enable_fused_gdn_spec_decode
+    assert not table[name].enable_fused_gdn_spec_decode
+
 
 @pytest.mark.parametrize("tp,sp", [(1, 2), (2, 2)])
 def test_plan_matches_one_process_and_full_tp_layout(tmp_path, tp, sp):

@@ -102,6 +102,12 @@ class LinearAttentionPlan(StatePlan):
             if heads % (tp * sp):
                 raise ValueError(f"{heads} linear-attention {what} heads are not divisible by "
                                  f"tensor_parallel_size*sequence_parallel_size={tp}*{sp}")
+        # CUDA's fused spec-decode kernel (a drafter, Qwen3.5's layout) takes the
+        # whole projection and runs the core on this rank's tokens alone, before
+        # the exchange: off, so verify steps go through it (the core's own spec
+        # path).  Shift's full-TP model keeps it.
+        if getattr(mixer, "enable_fused_gdn_spec_decode", False):
+            mixer.enable_fused_gdn_spec_decode = False
         return cls.install(mixer)
 
     def view_attributes(self, mixer: torch.nn.Module) -> dict[str, Any]:
