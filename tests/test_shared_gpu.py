@@ -3,7 +3,9 @@ an engine on one GPU, as vLLM itself loads it.  Its engines run on the GPU host
 (benchmarks/plans/one-gpu-shared.sh); here, without a GPU, what decides whether
 they can start at all: vLLM finds the plugin by its entry point, every rank
 (TP x SP x DP) maps to the first visible device, each process (a forked worker
-too) is a host of its own to NCCL, and nothing changes without the flag."""
+too) is a host of its own to NCCL, FlashInfer finds no all-reduce backend (its
+IPC workspace between processes of one card), and nothing changes without the
+flag."""
 
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ if child == 0:
     os._exit(0)
 os.waitpid(child, 0)
 out["child"] = os.read(r, 200).decode().split(" ")
+from vllm.distributed.device_communicators import flashinfer_all_reduce as fi
+out["fi_backend"] = (list(fi._resolve_fi_ar_backend(None))
+                     if fi._resolve_fi_ar_backend.__name__ == "<lambda>" else "upstream's")
 print("@@" + json.dumps(out))
 """
 
@@ -57,6 +62,7 @@ def test_every_rank_on_one_gpu_and_a_host_per_process(tmp_path):
     assert got["hostid"] == f"shared-gpu-{got['pid']}"
     child_pid, child_hostid = got["child"]
     assert child_hostid == f"shared-gpu-{child_pid}" != got["hostid"]
+    assert got["fi_backend"] == [None, False], "a model's eager fused all-reduce: no IPC"
 
 
 def test_without_the_flag_nothing_changes(tmp_path):
@@ -68,6 +74,7 @@ def test_without_the_flag_nothing_changes(tmp_path):
     assert got["ids"] is None
     assert got["device_ids"] == "accepted"
     assert got["hostid"] is None and got["child"][1] == "None"
+    assert got["fi_backend"] == "upstream's"
 
 
 def test_engine_arguments():

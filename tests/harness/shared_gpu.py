@@ -62,6 +62,7 @@ def register() -> None:
     os.register_at_fork(after_in_child=_own_host)
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     os.environ.update(IPC_ALL_REDUCES_OFF)
+    _no_flashinfer_workspace()
     if os.environ.get(ALLOW_QUANTIZED_KV) == "1":
         from vllm.distributed import ulysses_config
 
@@ -83,6 +84,19 @@ def register() -> None:
 
     resolve._shared_gpu = True
     EngineArgs._resolve_device_ids = resolve
+
+
+def _no_flashinfer_workspace() -> None:
+    """FlashInfer's fused all-reduce + norm called from a model's own eager code
+    (vLLM 0.34's Qwen3.5 on CUDA) asks for its IPC workspace whatever the pass
+    config and VLLM_ALLREDUCE_USE_FLASHINFER say: no backend, so it all-reduces
+    through NCCL as the compiled models here do."""
+    try:
+        from vllm.distributed.device_communicators import flashinfer_all_reduce as fi
+    except ImportError:
+        return
+    if hasattr(fi, "_resolve_fi_ar_backend"):
+        fi._resolve_fi_ar_backend = lambda *args, **kwargs: (None, False)
 
 
 def first_physical_gpu() -> int:
