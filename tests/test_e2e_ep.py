@@ -4,8 +4,8 @@ dispatch over all four ranks (TP x SP, with the TP split), the full-TP
 model's plain EP, and their sharing one set of experts, more experts than
 GPUs; n-gram speculation's verify steps on the same layout (the suite's
 n-gram row); DP x SP with EP is test_e2e_scaleout's `-dp 2 -sp 2`,
-upstream's DP x TP with EP of GLM-4.5 and Granite 4.0-H (the blocks our
-patches make sequence-parallel) its `-dp 2 -tp 2`, whose ranks hold one
+upstream's DP x TP with EP of GLM-4.5 (a block our patches make
+sequence-parallel) its `-dp 2 -tp 2`, whose ranks hold one
 expert of four each: the CPU kernel's expert map (patch
 cpu-moe-honours-expert-map; without it the kernel indexed its weights by
 global expert ids and the worker died) runs there, as in every EP row

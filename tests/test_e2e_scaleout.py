@@ -3,9 +3,8 @@ pipeline parallelism (SP inside each stage) through vLLM's multi-node launch
 with two node ranks on loopback (SP inside a node, PP across nodes), and data
 parallelism (`vllm serve -dp 2 -sp 2 --enable-expert-parallel` of a MoE
 model: two SP replicas on one node, requests spread over both, the experts
-split over all four ranks), and upstream's `-dp 2 -tp 2` with EP of the two
-MoE blocks our patches make sequence-parallel (GLM-4.5, Granite 4.0-H), each
-equal to TP=1.  The servers' reference is
+split over all four ranks), and upstream's `-dp 2 -tp 2` with EP of a MoE
+block our patches make sequence-parallel (GLM-4.5), each equal to TP=1.  The servers' reference is
 transformers' greedy tokens and logprobs (TP=1 equals transformers:
 test_e2e_sp).
 
@@ -30,7 +29,7 @@ import pytest
 
 from harness.client import post, samples
 from harness.compare import hf_run
-from harness.models import make_mamba2, make_model
+from harness.models import make_model
 from harness.net import free_port
 from harness.server import serve
 from harness.workload import PROMPTS
@@ -133,17 +132,15 @@ def test_data_parallel_sp(moe, tmp_path):
     assert sum(served.values()) == len(SERVED), served
 
 
-@pytest.mark.parametrize("arch", ["glm4_moe", "granitemoehybrid"])
-def test_upstream_data_parallel_tp_expert_parallel(arch, models_dir, tmp_path):
+def test_upstream_data_parallel_tp_expert_parallel(models_dir, tmp_path):
     """Upstream's own DP x TP with EP (`-dp 2 -tp 2 --enable-expert-parallel`,
-    no SP) of GLM-4.5 and Granite 4.0-H: the layout whose MoE blocks our
-    patches glm4-moe-sequence-parallel-moe and
-    granitemoehybrid-sequence-parallel-moe make sequence-parallel (upstream's
+    no SP) of GLM-4.5: the layout whose MoE block the patch
+    glm4-moe-sequence-parallel-moe makes sequence-parallel (upstream's
     use_sequence_parallel_moe: each TP rank dispatches its 1/TP of the
     tokens, the shared expert unsharded on them, the rows gathered back over
     TP), one expert of 4 a rank; the server answers like transformers from
-    both replicas."""
-    model = (make_model(models_dir, arch) if arch == "glm4_moe"
-             else make_mamba2(models_dir, arch, groups=1))
-    serve_two_replicas_with_ep(model, ["-tp", "2"], tmp_path, f"{arch}, DP=2 x TP=2")
-
+    both replicas.  Granite 4.0-H's block (granitemoehybrid-sequence-
+    parallel-moe) reads the same flag, which SP with EP turns on too: it
+    runs under Shift with EP in test_e2e_mamba."""
+    model = make_model(models_dir, "glm4_moe")
+    serve_two_replicas_with_ep(model, ["-tp", "2"], tmp_path, "glm4_moe, DP=2 x TP=2")
