@@ -5,7 +5,8 @@
 # kernels and the runner checked; NVLink and speed not); the SP=1 comparison against the
 # official wheel is a plain one-GPU server of each.  Order: does the V2 port run at all
 # (Llama's layouts), speculative decoding under Shift on V2's speculators, a dead rank under
-# Shift, SP=1 against the official wheel, then every family (one-gpu-shared.sh's steps).
+# Shift, every family (one-gpu-shared.sh's steps: Mamba-2, EP and MLA first, never on a GPU
+# before), SP=1 against the official wheel, then the bf16 draft model's spread row.
 release 0.34.0 || return 0
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
@@ -22,10 +23,6 @@ eq_timeout=600 eq eq_llama llama tp1 tp2 tp4 sp2 shift tp2sp2_shift
 # Shift (its config is resolved twice there too: ulysses_config.sizes_resolved).
 eq eq_llama_spec llama tp1+ngram shift+ngram tp2sp2_shift+ngram tp1+draft shift+draft \
   tp1+eagle3 shift+eagle3 tp2sp2_shift+eagle3 tp1+draft32 shift+draft32 sp2+draft
-# Where the bf16 target leaves TP=1's greedy path on most prompts (the draft model at SP=2
-# and under Shift did, on 6 and 9 of 9), the rule judges acceptance over all prompts against
-# upstream's own spread: TP=2 with the same drafter; SP=2's float32 twin names rounding.
-eq eq_llama_draft_spread llama tp2+draft sp2+draft32
 # Suffix decoding, 0.34.0's own GPU speculator (a token corpus on each rank, no drafter
 # model): under Shift at SP=2 and TP=2 x SP=2.
 eq eq_llama_suffix llama tp1+suffix shift+suffix tp2sp2_shift+suffix
@@ -45,6 +42,10 @@ step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.dead_rank
 step eq_report_spec python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
 step eq_report_extensible python3 -m benchmarks.equivalence report "$res/equiv-extensible" \
   --md "$res/equiv-extensible/report.md"
+# Every family, Mamba-2, EP and MLA: the one-GPU tier's plan on this release.
+PLAN_RELEASE=0.34.0
+# shellcheck source=one-gpu-shared.sh
+source "$here/benchmarks/plans/one-gpu-shared.sh"
 # SP=1: ours against the official wheel, A B B A in one step (a lease ending inside it serves
 # all four again on the next).
 step model env PYTHONPATH="$SITE_OFFICIAL" python3 -m benchmarks.run setup $L
@@ -52,7 +53,9 @@ step sp1 python3 -m benchmarks.run layout tp1_ours_s1 tp1_s1 tp1_s2 tp1_ours_s2 
   --workloads lat8k,sat
 step sp1_lease beside sp1 tp1_ours_s1 lat8k,sat tp1_s1 tp1_s2 tp1_ours_s2
 step report1 reports
-# Every family, Mamba-2, EP and MLA: the one-GPU tier's plan on this release.
-PLAN_RELEASE=0.34.0
-# shellcheck source=one-gpu-shared.sh
-source "$here/benchmarks/plans/one-gpu-shared.sh"
+# Last, as the float32 drafter already passes under Shift: where the bf16 target leaves
+# TP=1's greedy path on most prompts (the draft model at SP=2 and under Shift did, on 6 and 9
+# of 9), the rule judges acceptance over all prompts against upstream's own spread: TP=2 with
+# the same drafter; SP=2's float32 twin names rounding.  vLLM's capture sizes, as its
+# speculative rows had.
+EQ_CAPTURE_SIZES= eq eq_llama_draft_spread llama tp2+draft sp2+draft32
