@@ -1131,6 +1131,10 @@ def _both_models_ran(r: dict, name: str) -> bool:
     return all(c.get("full_tp", 0) > 0 for c in calls)
 
 
+# Speculative methods whose drafts read earlier requests' responses.
+CORPUS_METHODS = ("suffix",)
+
+
 def _rate(counts: list[dict]) -> float:
     drafted = sum(c.get("drafted", 0) for c in counts)
     return sum(c.get("accepted", 0) for c in counts) / drafted if drafted else float("nan")
@@ -1151,7 +1155,9 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
     drafter in float32 (``+draft32``): where a bfloat16 row misses by its gap
     alone and its twin accepts as TP=1 does, the verdict names the cause
     (the drafter computes what the target does; the two round apart) and
-    stays a FAIL, since bfloat16 is what users run."""
+    stays a FAIL, since bfloat16 is what users run.  Suffix decoding drafts
+    from earlier responses, in the 2nd round mostly the prompt's own 1st
+    one: there a prompt is on TP=1's path when both rounds kept its tokens."""
     nan = any(x is not None and not math.isfinite(x) for row in r["rows"] for x in row["prompt_lp"])
     total = f"{_rate([r['spec']]):.3f} over all ({r['spec']})"
     if name.startswith(("tp1+", "tp2+", "tp4+")):
@@ -1165,8 +1171,10 @@ def _spec_row(lines: list[str], family: str, name: str, r: dict, ref: dict | Non
         return False
     bound, why = 0.05, ""
     if all("spec" in row for row in (*r["rows"], *ref["rows"])):
+        corpus = name.partition("+")[2] in CORPUS_METHODS
         kept = [i for i, (a, b) in enumerate(zip(r["rows"], ref["rows"]))
-                if a["tokens_cached"] == b["tokens_cached"]]
+                if a["tokens_cached"] == b["tokens_cached"]
+                and (not corpus or a["tokens"] == b["tokens"])]
         mine = _rate([r["rows"][i]["spec"] for i in kept])
         theirs = _rate([ref["rows"][i]["spec"] for i in kept])
         where = f" on the {len(kept)}/{len(r['rows'])} prompts on TP=1's path"
