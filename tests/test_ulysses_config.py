@@ -324,6 +324,23 @@ def test_encoder_decoder_rejected(tmp_path):
         or "architecture" in text.lower(), text
 
 
+def test_transformers_backend_refused(llama):
+    """vLLM's Transformers modeling backend (`--model-impl transformers`, and
+    architectures vLLM maps to it) sizes its attention layers by a GPU's
+    heads, which under SP are not a TP rank's: the first step died in the
+    attention's reshape.  Refused in one line naming the architecture; plain
+    TP builds it."""
+    cfg = engine_config(llama, tensor_parallel_size=2, model_impl="transformers")
+    assert cfg.model_config.using_transformers_backend()
+    for sp in ({}, dict(shift_parallel=True)):
+        with pytest.raises(Exception) as excinfo:
+            engine_config(llama, sequence_parallel_size=2, model_impl="transformers", **sp)
+        line = error_line(excinfo, "does not support vLLM's Transformers modeling backend")
+        assert "LlamaForCausalLM" in line and "--model-impl vllm" in line, line
+    assert not engine_config(llama, sequence_parallel_size=2).model_config \
+        .using_transformers_backend()
+
+
 def test_quantized_kv_cache_refused(llama, tmp_path):
     """A quantized KV cache is refused under SP in one line naming the
     unquantized dtype, but `--kv-cache-dtype fp8` (one scale) from 0.33 on,
