@@ -199,6 +199,23 @@ def test_expert_parallel_with_sp(models_dir):
     pc.enable_eplb = True
     with pytest.raises(ValueError, match=r"does not support expert load balancing \(EPLB\)"):
         ulysses_config.validate_parallel_config(pc)
+    # Round-robin placement: the layers would fall back to linear, the
+    # loader's expert filter (--enable-ep-weight-filter) not.
+    with pytest.raises(Exception) as excinfo:
+        engine_config(moe, sequence_parallel_size=2, enable_expert_parallel=True,
+                      expert_placement_strategy="round_robin")
+    assert "drop --expert-placement-strategy" in error_line(excinfo, "places experts linearly")
+    # A MoE backend that dispatches itself (vLLM sets the passthrough all2all
+    # backend for it after these checks).
+    from vllm.config.kernel import FLASHINFER_MOE_EP_BACKENDS
+
+    for backend in sorted(FLASHINFER_MOE_EP_BACKENDS):
+        vc = copy.copy(cfg)
+        vc.kernel_config = copy.copy(cfg.kernel_config)
+        vc.kernel_config.moe_backend = backend
+        with pytest.raises(ValueError, match=f"does not support --moe-backend {backend}, "):
+            ulysses_config.verify_config(vc)
+    ulysses_config.verify_config(cfg)
 
 
 def test_groups_must_stay_within_a_node(llama, monkeypatch):

@@ -128,6 +128,29 @@ def _check_expert_parallel(pc: ParallelConfig) -> None:
     if pc.enable_eplb:
         raise ValueError("sequence_parallel_size > 1 does not support expert load balancing "
                          "(EPLB) yet: drop --enable-eplb or use -sp 1")
+    strategy = getattr(pc, "expert_placement_strategy", "linear")
+    if strategy != "linear":
+        # The layers fall back to linear with this backend, but the loader's
+        # --enable-ep-weight-filter would keep the round-robin experts.
+        raise ValueError(f"sequence_parallel_size > 1 with expert parallelism places experts "
+                         f"linearly only, not '{strategy}' (it needs another all2all "
+                         f"backend): drop --expert-placement-strategy or use -sp 1")
+
+
+def _check_moe_backend(config: VllmConfig) -> None:
+    """A MoE backend that dispatches and combines its tokens itself (the
+    FlashInfer MoE-EP kernels: vLLM then sets the all2all backend to
+    ``passthrough``, after these checks) routes by a rank order the SP EP
+    group's experts do not follow."""
+    try:
+        from vllm.config.kernel import FLASHINFER_MOE_EP_BACKENDS
+    except ImportError:         # before vLLM 0.32: no such backends
+        return
+    backend = getattr(getattr(config, "kernel_config", None), "moe_backend", None)
+    if backend in FLASHINFER_MOE_EP_BACKENDS:
+        raise ValueError(f"sequence_parallel_size > 1 with expert parallelism does not support "
+                         f"--moe-backend {backend}, which dispatches its tokens itself: use "
+                         f"another --moe-backend or -sp 1")
 
 
 # Up to vLLM 0.33 (V1 proposers): methods whose drafts are verified in
@@ -175,6 +198,8 @@ def verify_config(config: VllmConfig) -> None:
                          f"runner '{mc.runner_type}'; use -sp 1")
     _check_heads(mc, tp, sp, what)
     _check_kv_cache_dtype(config, mc, what)
+    if pc.enable_expert_parallel:
+        _check_moe_backend(config)
     if config.speculative_config is not None:
         verify_speculative(config)
     sc = config.scheduler_config
