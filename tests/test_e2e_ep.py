@@ -38,6 +38,25 @@ def test_shift_tp2_sp2_expert_parallel(models_dir, family_ref):
     check_expert_placement(model, got, 4)
 
 
+def test_transformers_backend_under_shift_expert_parallel(models_dir, family_ref):
+    """The same layout on vLLM's Transformers modeling backend (`--model-impl
+    transformers`: the Hugging Face modules around vLLM's attention and MoE
+    layers): its attention layers take a TP rank's heads (patch
+    transformers-backend-heads-per-tp-rank; before it the first step died in
+    the attention's reshape), its MoE dispatches over the EP group, and
+    both modes equal transformers."""
+    model = make_model(models_dir, "qwen3_moe", heads=8, kv_heads=2, experts=8)
+    got = run(model, tp=2, sp=2, enable_expert_parallel=True, shift_parallel=True,
+              shift_parallel_threshold=8, model_impl="transformers")
+    assert "Resolved architecture: TransformersMoEForCausalLM" in got.log, got.log[-2000:]
+    assert_same(family_ref(model), got,
+                what="Qwen3-MoE, Transformers backend, shift TP=2xSP=2 with EP vs transformers")
+    check_prefix_cache(got)
+    served = [rank["served"] for rank in got.shift]
+    assert all(s["sp"] >= 4 and s["full_tp"] >= 10 for s in served), served
+    check_expert_placement(model, got, 4)
+
+
 def test_moe_block_that_does_not_split_tokens_is_refused(models_dir):
     """Mixtral's MoE block does not split its tokens over ranks (upstream's
     sequence-parallel MoE), so under SP with EP it would dispatch TP copies

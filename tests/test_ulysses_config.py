@@ -341,21 +341,20 @@ def test_encoder_decoder_rejected(tmp_path):
         or "architecture" in text.lower(), text
 
 
-def test_transformers_backend_refused(llama):
+def test_transformers_backend(llama, models_dir):
     """vLLM's Transformers modeling backend (`--model-impl transformers`, and
-    architectures vLLM maps to it) sizes its attention layers by a GPU's
-    heads, which under SP are not a TP rank's: the first step died in the
-    attention's reshape.  Refused in one line naming the architecture; plain
-    TP builds it."""
-    cfg = engine_config(llama, tensor_parallel_size=2, model_impl="transformers")
-    assert cfg.model_config.using_transformers_backend()
+    architectures vLLM maps to it) builds under SP and Shift (its layers'
+    head counts: test_e2e_ep), but for an MLA model, whose path there has
+    not run: refused in one line naming the architecture."""
     for sp in ({}, dict(shift_parallel=True)):
-        with pytest.raises(Exception) as excinfo:
-            engine_config(llama, sequence_parallel_size=2, model_impl="transformers", **sp)
-        line = error_line(excinfo, "does not support vLLM's Transformers modeling backend")
-        assert "LlamaForCausalLM" in line and "--model-impl vllm" in line, line
-    assert not engine_config(llama, sequence_parallel_size=2).model_config \
-        .using_transformers_backend()
+        cfg = engine_config(llama, sequence_parallel_size=2, model_impl="transformers", **sp)
+        assert cfg.model_config.using_transformers_backend()
+    mla = make_model(models_dir, "deepseek_v3", heads=4, kv_heads=4, hidden=256)
+    assert engine_config(mla, model_impl="transformers").model_config.using_transformers_backend()
+    with pytest.raises(Exception) as excinfo:
+        engine_config(mla, sequence_parallel_size=2, model_impl="transformers")
+    line = error_line(excinfo, "does not support MLA models on vLLM's Transformers")
+    assert "DeepseekV3ForCausalLM" in line and "--model-impl vllm" in line, line
 
 
 def test_quantized_kv_cache_refused(llama, tmp_path):

@@ -188,9 +188,9 @@ def verify_config(config: VllmConfig) -> None:
                          f"attention; {what} does not; use -sp 1")
     if mc.is_hybrid:   # Gated-DeltaNet and Mamba-2 hybrids are served; the others refused
         _check_hybrid(config, mc, what)
-    if _transformers_backend(mc):
-        raise ValueError(f"sequence_parallel_size > 1 does not support vLLM's Transformers "
-                         f"modeling backend, which serves "
+    if mc.use_mla and _transformers_backend(mc):
+        raise ValueError(f"sequence_parallel_size > 1 does not support MLA models on vLLM's "
+                         f"Transformers modeling backend, which serves "
                          f"{', '.join(mc.architectures or [what])} here: use -sp 1, or "
                          f"--model-impl vllm where vLLM has a class of its own for it")
     if mc.runner_type not in ("generate", "draft"):   # draft: a drafter's own config
@@ -221,10 +221,9 @@ def verify_config(config: VllmConfig) -> None:
 
 def _transformers_backend(mc: Any) -> bool:
     """Whether the Transformers modeling backend serves the model
-    (``--model-impl transformers``, or an architecture vLLM maps to it).  Its
-    attention layers take their head counts from ``get_num_attention_heads``,
-    which under SP counts a GPU's heads, not a TP rank's, so the exchange
-    would split them twice."""
+    (``--model-impl transformers``, or an architecture vLLM maps to it).
+    Its decoder and MoE classes run under SP (patch
+    transformers-backend-heads-per-tp-rank); its MLA path has not run."""
     used = getattr(mc, "using_transformers_backend", None)
     return bool(used()) if callable(used) else mc.model_impl == "transformers"
 
