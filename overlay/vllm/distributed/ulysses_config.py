@@ -128,7 +128,7 @@ def _check_expert_parallel(pc: ParallelConfig) -> None:
     if pc.enable_eplb:
         raise ValueError("sequence_parallel_size > 1 does not support expert load balancing "
                          "(EPLB) yet: drop --enable-eplb or use -sp 1")
-    strategy = getattr(pc, "expert_placement_strategy", "linear")
+    strategy = pc.expert_placement_strategy
     if strategy != "linear":
         # The layers fall back to linear with this backend, but the loader's
         # --enable-ep-weight-filter would keep the round-robin experts.
@@ -142,11 +142,9 @@ def _check_moe_backend(config: VllmConfig) -> None:
     FlashInfer MoE-EP kernels: vLLM then sets the all2all backend to
     ``passthrough``, after these checks) routes by a rank order the SP EP
     group's experts do not follow."""
-    try:
-        from vllm.config.kernel import FLASHINFER_MOE_EP_BACKENDS
-    except ImportError:         # before vLLM 0.32: no such backends
-        return
-    backend = getattr(getattr(config, "kernel_config", None), "moe_backend", None)
+    from vllm.config.kernel import FLASHINFER_MOE_EP_BACKENDS
+
+    backend = config.kernel_config.moe_backend
     if backend in FLASHINFER_MOE_EP_BACKENDS:
         raise ValueError(f"sequence_parallel_size > 1 with expert parallelism does not support "
                          f"--moe-backend {backend}, which dispatches its tokens itself: use "
@@ -188,7 +186,10 @@ def verify_config(config: VllmConfig) -> None:
                          f"attention; {what} does not; use -sp 1")
     if mc.is_hybrid:   # Gated-DeltaNet and Mamba-2 hybrids are served; the others refused
         _check_hybrid(config, mc, what)
-    if mc.use_mla and _transformers_backend(mc):
+    # vLLM's Transformers modeling backend: its decoder and MoE classes run
+    # under SP (patch transformers-backend-heads-per-tp-rank); its MLA path
+    # has not run.
+    if mc.use_mla and mc.using_transformers_backend():
         raise ValueError(f"sequence_parallel_size > 1 does not support MLA models on vLLM's "
                          f"Transformers modeling backend, which serves "
                          f"{', '.join(mc.architectures or [what])} here: use -sp 1, or "
@@ -217,15 +218,6 @@ def verify_config(config: VllmConfig) -> None:
                        "differently", sp, clashing)
     for name in clashing:
         setattr(passes, name, False)
-
-
-def _transformers_backend(mc: Any) -> bool:
-    """Whether the Transformers modeling backend serves the model
-    (``--model-impl transformers``, or an architecture vLLM maps to it).
-    Its decoder and MoE classes run under SP (patch
-    transformers-backend-heads-per-tp-rank); its MLA path has not run."""
-    used = getattr(mc, "using_transformers_backend", None)
-    return bool(used()) if callable(used) else mc.model_impl == "transformers"
 
 
 def _check_heads(mc: Any, tp: int, sp: int, what: str) -> None:
