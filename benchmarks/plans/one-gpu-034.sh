@@ -5,8 +5,9 @@
 # kernels and the runner checked; NVLink and speed not); the SP=1 comparison against the
 # official wheel is a plain one-GPU server of each.  Order: does the V2 port run at all
 # (Llama's layouts), speculative decoding under Shift on V2's speculators, a dead rank under
-# Shift, every family (one-gpu-shared.sh's steps: Mamba-2, EP and MLA first, never on a GPU
-# before), SP=1 against the official wheel, then the bf16 draft model's spread row.
+# Shift, every family the default's bar names (one-gpu-shared.sh's steps: Mamba-2, EP and MLA
+# first, never on a GPU before), SP=1 against the official wheel, the bf16 draft model's spread
+# row, then that plan's other rows.
 release 0.34.0 || return 0
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
@@ -42,8 +43,13 @@ step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.dead_rank
 step eq_report_spec python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
 step eq_report_extensible python3 -m benchmarks.equivalence report "$res/equiv-extensible" \
   --md "$res/equiv-extensible/report.md"
-# Every family, Mamba-2, EP and MLA: the one-GPU tier's plan on this release.
+# Every family, Mamba-2, EP and MLA: the one-GPU tier's plan on this release, in two passes.
+# First the families the default's bar names (the 0.33.0 GPU results' twelve, MLA), then
+# SP=1 and the draft model's spread row below, then the rest of that plan (the FP8 KV rows,
+# Falcon-H1, Zamba2, Bloom, Mistral): a short lease moves the default first.
 PLAN_RELEASE=0.34.0
+PLAN_FAMILIES="deepseek_v3 qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe qwen3_5 \
+  qwen3_vl gemma3_vl qwen2_5_vl"
 # shellcheck source=one-gpu-shared.sh
 source "$here/benchmarks/plans/one-gpu-shared.sh"
 # SP=1: ours against the official wheel, A B B A in one step (a lease ending inside it serves
@@ -59,3 +65,7 @@ step report1 reports
 # the same drafter; SP=2's float32 twin names rounding.  vLLM's capture sizes, as its
 # speculative rows had.
 EQ_CAPTURE_SIZES= eq eq_llama_draft_spread llama tp2+draft sp2+draft32
+PLAN_FAMILIES=
+# shellcheck source=one-gpu-shared.sh
+source "$here/benchmarks/plans/one-gpu-shared.sh"
+step eq_report_all python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"

@@ -11,8 +11,9 @@ source "$here/benchmarks/plan-lib.sh"
 eq_args=--shared-gpu
 # PLAN_FAMILIES="llama qwen3": only those families' steps (a short lease, or a release
 # without the MLA, EP and Mamba-2 families: 0.26.0).
+wanted() { [[ -z ${PLAN_FAMILIES:-} || " $PLAN_FAMILIES " == *" $1 "* ]]; }
 shared() {
-  [[ -z ${PLAN_FAMILIES:-} || " $PLAN_FAMILIES " == *" $2 "* ]] || return 0
+  wanted "$2" || return 0
   eq "$@"
 }
 eq_timeout=1500
@@ -54,16 +55,20 @@ EQ_CAPTURE_SIZES= EQ_JOBS=$ds_jobs shared eq_deepseek_v3_mtp deepseek_v3 tp2sp2_
 # rank of each layout and each rank's heads held against TP=1's (the dumps stay on the host);
 # then a checkpoint's per-tensor scales, which SP still refuses: lifted for these rows only
 # (harness.shared_gpu).
-[[ -f $res/fp8kv-probe.json ]] || step fp8kv_probe env PYTHONPATH="$SITE_OURS" \
-  python3 -m benchmarks.fp8kv_probe --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
+if wanted llama_kvfp8 && [[ ! -f $res/fp8kv-probe.json ]]; then
+  step fp8kv_probe env PYTHONPATH="$SITE_OURS" \
+    python3 -m benchmarks.fp8kv_probe --json "$res/fp8kv-probe.json" --md "$res/fp8kv-probe.md"
+fi
 VLLM_SP_ALLOW_QUANTIZED_KV=1 EQ_TRACE_DIR=$HOME/fp8-trace eq_dir=equiv-fp8q \
   shared eq_kvfp8_q llama_kvfp8 "${dense[@]}"
 VLLM_SP_ALLOW_QUANTIZED_KV=1 eq_dir=equiv-fp8q shared eq_fp8kv_tensor llama_fp8kv_tensor \
   "${dense[@]}"
-step fp8q_report python3 -m benchmarks.equivalence report "$res/equiv-fp8q" \
-  --md "$res/equiv-fp8q/report.md"
-step fp8_trace python3 -m benchmarks.attn_trace compare "$HOME/fp8-trace" \
-  --md "$res/fp8-trace.md" --json "$res/fp8-trace.json"
+if wanted llama_kvfp8; then
+  step fp8q_report python3 -m benchmarks.equivalence report "$res/equiv-fp8q" \
+    --md "$res/equiv-fp8q/report.md"
+  step fp8_trace python3 -m benchmarks.attn_trace compare "$HOME/fp8-trace" \
+    --md "$res/fp8-trace.md" --json "$res/fp8-trace.json"
+fi
 # What never ran on any GPU (Falcon-H1, Zamba2, ALiBi, Mistral) before the multimodal
 # families that ran on several.  llama_fp8kv (per-head KV scales) is out while SP refuses it.
 for fam in qwen3 qwen3_moe gpt_oss qwen3_next gemma3 llama4 glm4_moe falcon_h1 zamba2 \
