@@ -149,6 +149,12 @@ def test_graphs_cover_sp_times_upstreams_tokens_per_step(llama):
     (dict(sequence_parallel_size=2, data_parallel_backend="ray"), "Ray data-parallel backend"),
     (dict(sequence_parallel_size=2, max_num_batched_tokens=63),
      "must be a multiple of sequence_parallel_size=2"),
+    pytest.param(dict(tensor_parallel_size=2, sequence_parallel_size=2, shift_parallel=True,
+                      enable_batch_sharded_sampling=True),
+                 "does not support batch-sharded sampling", marks=pytest.mark.skipif(
+                     VERSION == "0.26.0", reason="vLLM 0.26.0 has no batch-sharded sampling")),
+    (dict(sequence_parallel_size=2, enable_dbo=True), "does not support microbatching"),
+    (dict(sequence_parallel_size=2, ubatch_size=2), "does not support microbatching"),
 ])
 def test_bad_layouts_rejected(llama, kw, needle):
     with pytest.raises(Exception) as excinfo:

@@ -107,6 +107,16 @@ def validate_parallel_config(pc: ParallelConfig) -> None:
         raise ValueError("sequence_parallel_size > 1 does not support the Ray data-parallel "
                          "backend yet: use --data-parallel-backend mp (the Ray executor, "
                          "--distributed-executor-backend ray, is supported)")
+    # Both split a step in ways SP's layout does not follow: the
+    # sampler's all-to-all shards the vocabulary over the TP group only, where
+    # Shift's full-TP model shards it over TP x SP; a microbatch's tokens are
+    # neither padded to SP nor split over it.
+    if getattr(pc, "enable_batch_sharded_sampling", False):
+        raise ValueError("sequence_parallel_size > 1 does not support batch-sharded sampling: "
+                         "leave --enable-batch-sharded-sampling off, or use -sp 1")
+    if getattr(pc, "use_ubatching", False):
+        raise ValueError("sequence_parallel_size > 1 does not support microbatching: leave "
+                         "--enable-dbo and --ubatch-size off, or use -sp 1")
 
 
 def _check_expert_parallel(pc: ParallelConfig) -> None:
