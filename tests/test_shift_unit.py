@@ -83,21 +83,63 @@ def test_row_parallel_weights_shared_across_layouts(tmp_path, tp, sp):
 
 
 def gated_mlp(gate_up, act):
-    """A decoder MLP as vLLM's models write it (its forward is what
-    ``shift_weights`` reads to use the activation's blocked view)."""
+    """A decoder MLP as the release's Llama writes it (its forward is what
+    ``shift_weights`` reads to use the activation's blocked view): from 0.32
+    through ``maybe_fused_act_quant``, before that calling the activation."""
     import torch
 
-    class MLP(torch.nn.Module):
+    try:
+        from vllm.model_executor.layers.fusion.fused_act_quant import maybe_fused_act_quant
+    except ImportError:
+        class MLP(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate_up_proj, self.act_fn = gate_up, act
+
+            def forward(self, x):
+                x, _ = self.gate_up_proj(x)
+                x = self.act_fn(x)
+                return x
+
+        return MLP()
+
+    class FusableMLP(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.gate_up_proj, self.act_fn = gate_up, act
+            self.down_proj = torch.nn.Module()            # no input quantization
 
         def forward(self, x):
             x, _ = self.gate_up_proj(x)
-            x = self.act_fn(x)
+            x = maybe_fused_act_quant(self.act_fn, x, self.down_proj)
             return x
 
-    return MLP()
+    return FusableMLP()
+
+
+# The decoder MLPs whose gate/up output goes straight into the activation in
+# every release here; Falcon-H1's scales the gate half first.
+GATED_MLPS = {"llama": "LlamaMLP", "qwen2": "Qwen2MLP", "qwen2_moe": "Qwen2MoeMLP",
+              "qwen3_moe": "Qwen3MoeMLP", "gemma3": "Gemma3MLP", "glm4_moe": "Glm4MoeMLP",
+              "deepseek_v2": "DeepseekV2MLP"}
+
+
+def test_families_read_gate_up_in_blocks():
+    """Under Shift the SP model's gate/up rows are arranged in blocks; a
+    family whose MLP hands that output straight to its gated activation
+    reads it as S small gate/ups (no copy), any other through a gather of
+    the whole output every step.  Read from the release's own classes, as
+    ``shift_weights`` reads them (0.32 moved Llama's, and 0.34 Qwen2-MoE's,
+    to ``maybe_fused_act_quant``)."""
+    import importlib
+
+    from vllm.distributed.shift_weights import reads_output_whole
+    from vllm.model_executor.models.falcon_h1 import FalconH1MLP
+
+    for module, name in GATED_MLPS.items():
+        cls = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), name)
+        assert reads_output_whole(cls, "gate_up_proj"), f"{module}.{name}"
+    assert not reads_output_whole(FalconH1MLP, "gate_up_proj")
 
 
 def merged_layers_shared_on_each_rank(rank, world, tp, sp, cfg):

@@ -152,22 +152,32 @@ _SOURCE_CHECKED: dict[tuple[type, str], bool] = {}
 def _gated_activation_follows(layer: torch.nn.Module, parent: torch.nn.Module,
                               attr: str) -> bool:
     """The parent's forward puts this layer's output, as it is, into its own gated
-    activation (``x, _ = self.gate_up_proj(x)`` then ``x = self.act_fn(x)``), read from
-    the parent class's source once."""
+    activation, read from the parent class's source once (``reads_output_whole``)."""
     sizes = list(layer.output_partition_sizes)
     act = getattr(parent, "act_fn", None)
     if len(sizes) != 2 or sizes[0] != sizes[1] or type(act).__name__ not in _GATED:
         return False
     key = (type(parent), attr)
     if key not in _SOURCE_CHECKED:
-        try:
-            source = inspect.getsource(type(parent).forward)
-        except (OSError, TypeError):
-            source = ""
-        pattern = (rf"(\w+)\s*,\s*_\s*=\s*self\.{re.escape(attr)}\([^\n]*\)\s*\n"
-                   rf"\s*\w+\s*=\s*self\.act_fn\(\1\)")
-        _SOURCE_CHECKED[key] = re.search(pattern, source) is not None
+        _SOURCE_CHECKED[key] = reads_output_whole(type(parent), attr)
     return _SOURCE_CHECKED[key]
+
+
+def reads_output_whole(cls: type, attr: str) -> bool:
+    """``cls.forward`` hands ``self.<attr>``'s output straight to ``self.act_fn``:
+    ``x, _ = self.gate_up_proj(x)`` then ``x = self.act_fn(x)``, or from vLLM 0.32
+    ``x = maybe_fused_act_quant(self.act_fn, x, self.down_proj)``, which calls the
+    activation it is given unless a fused kernel is registered for that activation's
+    type (none is for ``BlockedActivation``).  Anything between the two (Falcon-H1
+    scales the gate half in place) leaves the layer reading its output gathered."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return False
+    pattern = (rf"(\w+)\s*,\s*_\s*=\s*self\.{re.escape(attr)}\([^\n]*\)\s*\n"
+               rf"\s*\w+\s*=\s*(?:self\.act_fn\(\1\)"
+               rf"|maybe_fused_act_quant\(\s*self\.act_fn\s*,\s*\1\s*,)")
+    return re.search(pattern, source) is not None
 
 
 class BlockedActivation(torch.nn.Module):
