@@ -32,6 +32,8 @@ under ``PYTHONPATH=$SITE_BEFORE``.
         && python3 -m benchmarks.stage --vllm-version 0.26.0       (default .gpuhost-0.26.0)
     python3 -m benchmarks.stage --vllm-version 0.26.0 --before a7f5176
                                             (+ ours-before.tar.gz: ours at a7f5176)
+    python3 -m benchmarks.stage --vllm-version 0.34.0 --results-aside
+                                            (fewer, larger parts: see part_bytes)
 """
 
 from __future__ import annotations
@@ -66,24 +68,36 @@ def members(whl: Path) -> dict[str, str]:
     return out
 
 
-def part_bytes() -> int:
+ASIDE = ".gpuhost-results"  # where --results-aside has benchmarks/results wait (ignored)
+ASIDE_PART = 56 << 20         # 60 MiB parts were refused once: keep 8 MiB for the tree
+
+
+def part_bytes(aside: bool = False) -> int:
     """A device call carries the part *and* the working tree (tracked and
     untracked-not-ignored files, growing with committed results) under one
     64 MiB cap: 60 MiB parts were refused once, 56 MiB parts once the tree
     passed 8 MiB.  Cut the parts to what the tree leaves, less 2 MiB for the
-    last call's extras (unpack.sh, the hashes, ours, the Arctic sdist)."""
+    last call's extras (unpack.sh, the hashes, ours, the Arctic sdist).
+    With ``aside`` the part calls run while benchmarks/results waits in
+    ``ASIDE`` (most of the tree, and no part call reads it), so the parts
+    are as large as the cap allows and fewer calls carry the bundle; the
+    extras then travel in a call of their own, after the results are back."""
     files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT,
                            check=True, capture_output=True).stdout.split(b"\0")
     tree = sum((ROOT / f.decode()).stat().st_size for f in files
-               if f and (ROOT / f.decode()).is_file())
+               if f and (ROOT / f.decode()).is_file()
+               and not (aside and f.startswith(b"benchmarks/results/")))
     size = (64 << 20) - tree - (2 << 20)
+    if aside:
+        size = min(size, ASIDE_PART)
     if size < 16 << 20:
         raise SystemExit(f"stage.py: the working tree is {tree >> 20} MiB: too little of a "
                          "device call's 64 MiB is left for the parts")
     return size
 
 
-def bundle(official: Path, version: str, out: Path, ours: Path) -> tuple[int, int]:
+def bundle(official: Path, version: str, out: Path, ours: Path,
+           aside: bool = False) -> tuple[int, int]:
     """official wheel + the added wheels + their lock -> out/part00.. and
     out/bundle.sha256; returns (parts, bytes).  The tar goes through a file,
     not memory: with a new torch it is several GB.
@@ -99,7 +113,7 @@ def bundle(official: Path, version: str, out: Path, ours: Path) -> tuple[int, in
     resolved = ours if overrides.exists() else official
     subprocess.run([sys.executable, "-m", "benchmarks.user_env", str(resolved), str(deps)],
                    cwd=ROOT, check=True)
-    size = part_bytes()
+    size = part_bytes(aside)
     tar_path = out / "bundle.tar"
     with tarfile.open(tar_path, mode="w") as tar:
         tar.add(official, f"bundle/{official.name}")
@@ -210,6 +224,8 @@ def main() -> None:
                     help="default .gpuhost-VERSION")
     ap.add_argument("--vllm-version", default=PIN,
                     help=f"the vLLM release to stage (default: the pin, {PIN})")
+    ap.add_argument("--results-aside", action="store_true",
+                    help=f"cut parts for calls made while benchmarks/results waits in {ASIDE}")
     ap.add_argument("--before", metavar="REV",
                     help="also stage ours as of git revision REV (ours-before.tar.gz)")
     args = ap.parse_args()
@@ -226,7 +242,7 @@ def main() -> None:
         sys.exit(f"stage.py: {ours.name} was built before {stale}: {build}")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    parts, total = bundle(official, version, out, ours)
+    parts, total = bundle(official, version, out, ours, args.results_aside)
     changed, deleted = overlay_tar(official, ours, out / "ours.tar.gz")
     extras = ["unpack.sh", "smoke.py", "bundle.sha256", "ours.tar.gz"]
     if args.before:
@@ -242,14 +258,20 @@ def main() -> None:
                       sdist=True)
         shutil.copy(sdist, out / filename)
         extras.append(filename)
-    print(f"stage.py: vLLM {version}: {parts} parts of at most {part_bytes() >> 20} MiB in "
+    print(f"stage.py: vLLM {version}: {parts} parts of at most "
+          f"{part_bytes(args.results_aside) >> 20} MiB in "
           f"{out}, {total / 2**30:.2f} GiB in all ({total >> 20} MiB)")
     buf = out / "ours.tar.gz"
     print(f"stage.py: ours = official + {len(changed)} changed/added files - {len(deleted)} "
           f"deleted -> {buf} ({buf.stat().st_size // 1024} KiB)")
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
-    print(f"stage.py: {parts} device calls, one a part; the last one also carries "
-          + ", ".join(f"{rel}/{e}" for e in extras))
+    if args.results_aside:
+        print(f"stage.py: mv benchmarks/results {ASIDE}; {parts} device calls, one a part; "
+              f"mv {ASIDE} benchmarks/results; one more call carries "
+              + ", ".join(f"{rel}/{e}" for e in extras))
+    else:
+        print(f"stage.py: {parts} device calls, one a part; the last one also carries "
+              + ", ".join(f"{rel}/{e}" for e in extras))
     caches = stage_caches(version)
     print(f"stage.py: {len(caches)} more calls before the last: the JIT caches of earlier "
           "leases" + "".join(f"\n  {c}" for c in caches))
