@@ -43,6 +43,12 @@ step dead_rank_shift env PYTHONPATH="$SITE_OURS" python3 -m benchmarks.dead_rank
 step eq_report_spec python3 -m benchmarks.equivalence report "$res/equiv" --md "$res/equiv/report.md"
 step eq_report_extensible python3 -m benchmarks.equivalence report "$res/equiv-extensible" \
   --md "$res/equiv-extensible/report.md"
+# Shift's SP model reads Llama's gate/up output in blocks again (shift_weights.reads_output_whole
+# knows `maybe_fused_act_quant(self.act_fn, ...)`); the Llama Shift rows above ran the gather
+# before it. Those two layouts again on the blocked path, beside a TP=1 of their own.
+eq_dir=equiv-blocked eq eq_llama_blocked llama tp1 shift tp2sp2_shift
+step eq_report_blocked python3 -m benchmarks.equivalence report "$res/equiv-blocked" \
+  --md "$res/equiv-blocked/report.md"
 # Every family, Mamba-2, EP and MLA: the one-GPU tier's plan on this release, in two passes.
 # First the families the default's bar names (the 0.33.0 GPU results' twelve, MLA), then
 # SP=1 and the draft model's spread row below, then the rest of that plan (the FP8 KV rows,
