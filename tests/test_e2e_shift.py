@@ -68,8 +68,11 @@ def test_auto_mode_switches_per_step(llama, llama_ref):
     check_prefix_cache(got)
     check_shift_run(got, 4)
     assert min(served(got, "sp")) >= 4 and min(served(got, "full_tp")) >= 10, got.shift
-    # 2 KV heads over 4 full-TP ranks: QKV keeps its copy, gate/up of both layers is arranged.
+    # 2 KV heads over 4 full-TP ranks: QKV keeps its copy, gate/up of both layers is arranged
+    # and read in blocks, on every release's Llama MLP (``self.act_fn(x)``, and from 0.32
+    # ``maybe_fused_act_quant(self.act_fn, x, ...)``), never gathered.
     assert arranged(got) == [2] * 4, arranged(got)
+    assert [rank["reads"] for rank in got.shift] == [{"blocked": 2, "gathered": 0}] * 4, got.shift
 
 
 def test_forced_full_tp(llama, llama_ref):

@@ -196,6 +196,7 @@ def merged_layers_shared_on_each_rank(rank, world, tp, sp, cfg):
         for layer in (real.attn.qkv_proj, real.mlp.gate_up_proj):
             layer.quant_method.process_weights_after_loading(layer)
         assert type(real.mlp.act_fn).__name__ == "BlockedActivation"
+        assert shift_weights.read_paths(real) == {"blocked": 1, "gathered": 1}
         y, _ = real.attn.qkv_proj(x)
         want = torch.cat([x @ rows(W, t, tp).T + rows(b, t, tp)
                           for W, b in ((Wq, bq), (Wk, bk), (Wv, bv))], dim=-1)

@@ -397,6 +397,7 @@ def _shift_report(worker) -> dict:
                          for t in tensors(sp_layers[n].kv_cache)}),
         "state_layers": sum(isinstance(sp_layers[n].kv_cache, (list, tuple)) for n in names),
         "shared_bytes": shift._STATE.shared_bytes,
+        "reads": shift._STATE.reads,
     }
 
 

@@ -83,6 +83,7 @@ class _Shift:
     drafter_layers: set[str] = field(default_factory=set)     # in the SP model's table
     shared_bytes: int = 0
     copied_bytes: int = 0
+    reads: dict[str, int] = field(default_factory=dict)      # shift_weights.read_paths
     steps: dict[str, int] = field(default_factory=lambda: {MODE_SP: 0, MODE_FULL_TP: 0})
 
 
@@ -241,6 +242,7 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     state.shared_bytes = shift_weights.share(model, full, check_values=load_format != "dummy")
     ulysses_multimodal.share_side_inputs(model, full)
     state.copied_bytes = _param_bytes(full) - state.shared_bytes
+    state.reads = shift_weights.read_paths(model)
     _STATE = state
     ulysses.set_unsliced_steps(state.threshold)
     _dispatch(model, state)
@@ -249,11 +251,12 @@ def attach(model: torch.nn.Module, vllm_config: VllmConfig,
     extra = None if before is None or after is None else after - before
     logger.info("Shift parallelism: full-TP model (TP=%d) loaded beside the SP model: "
                 "%.2f GiB of its weights are views of the SP model's, %.2f GiB are "
-                "its own%s; threshold %d tokens",
+                "its own%s; threshold %d tokens; the SP model reads %d gate/up outputs "
+                "in blocks and gathers %d merged outputs",
                 cfg.parallel_config.tensor_parallel_size, state.shared_bytes / 2**30,
                 state.copied_bytes / 2**30,
                 f" (device memory +{extra / 2**30:.2f} GiB)" if extra is not None else "",
-                state.threshold)
+                state.threshold, state.reads["blocked"], state.reads["gathered"])
     return model
 
 

@@ -197,6 +197,19 @@ class BlockedActivation(torch.nn.Module):
 _IN_ORDER: dict[type, type] = {}
 
 
+def read_paths(model: torch.nn.Module) -> dict[str, int]:
+    """How the SP model reads its arranged merged layers back: ``blocked``, gate/ups
+    whose activation takes the blocks as they lie (no copy), and ``gathered``, layers
+    whose output is gathered to the natural order (QKV, and any gate/up whose parent's
+    forward ``reads_output_whole`` does not recognise).  A gate/up that moves from the
+    first to the second costs a copy of its output on every SP step and no accuracy,
+    so only this count shows it."""
+    blocked = sum(isinstance(getattr(m, "act_fn", None), BlockedActivation)
+                  for m in model.modules())
+    gathered = sum(type(m) in _IN_ORDER.values() for m in model.modules())
+    return {"blocked": blocked, "gathered": gathered}
+
+
 def _in_natural_order(cls: type) -> type:
     """``cls`` whose output (and separate bias) is gathered back to the natural
     order: one copy of the output, the price of sharing a layer whose consumer
