@@ -780,7 +780,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         "family": family, "layout": layout, "spec": counts, "tp": tp, "sp": sp, "shift": shift,
         "model": model.name, **({"repeating": repeating} if spec in REPEATING else {}),
         **({"shift_threshold": sc["shift_at"], "shift_calls": shift_calls,
-            "shift_calls_at_start": calls_before, "shift_steps": shift_steps} if shift else {}),
+            "shift_calls_at_start": calls_before, "shift_steps": shift_steps,
+            "shift_reads": llm.collective_rpc(_shift_reads)} if shift else {}),
         "device": "cpu" if cpu else "gpu", "card": card,
         **({"shared_gpu": tp * sp} if shared else {}),
         "start_s": round(start_s, 1), "run_s": round(run_s, 2),
@@ -797,6 +798,14 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         **({"fusion_groups": fusion_groups} if fusion_groups else {}),
         "rows": rows}))
     print(f"{family} {layout}: start {start_s:.0f} s, run {run_s:.1f} s -> {out}", flush=True)
+
+
+def _shift_reads(worker) -> dict[str, int]:
+    """On each rank: the SP model's arranged merged layers read in blocks and
+    gathered (``shift_weights.read_paths``)."""
+    from vllm.distributed import shift
+
+    return dict(shift._STATE.reads)
 
 
 def _shift_calls(worker) -> dict[str, int]:
