@@ -2,8 +2,8 @@
 # graphs, and Shift served against TP=2 and DP=2 (issues 72, 86)?
 # Kind: nvidia-h200-x2 / nvidia-h100-x2 (nvidia-h200: the TP=1 rows and the shapes only).
 # Results: benchmarks/results/<date>-2gpu-<release>-<card> (none yet).  Any ported release:
-# PLAN_RELEASE (0.33.0 by default; stage.py --vllm-version the same).
-release "${PLAN_RELEASE:-0.33.0}" || return 0
+# PLAN_RELEASE (the default release, VLLM_VERSION, unless set; stage.py --vllm-version the same).
+release "${PLAN_RELEASE:-$(< "$here/VLLM_VERSION")}" || return 0
 gpus=${PLAN_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 # shellcheck source=../plan-lib.sh
 source "$here/benchmarks/plan-lib.sh"
