@@ -788,6 +788,8 @@ def run_engine(family: str, ckpt: Path, layout: str, out: Path, cpu: bool = Fals
         "enforce_eager": cfg.model_config.enforce_eager,
         "cudagraph_mode": str(cfg.compilation_config.cudagraph_mode),
         "compile_mode": str(cfg.compilation_config.mode),
+        "breakable_cudagraph": bool(getattr(cfg.compilation_config, "use_breakable_cudagraph",
+                                            False)),
         "capture_sizes": cfg.compilation_config.cudagraph_capture_sizes,
         "fuse_allreduce_rms": bool(getattr(pass_cfg, "fuse_allreduce_rms", False)),
         "attention_backend": _attention_backend(llm),
@@ -1102,6 +1104,7 @@ def _fused(r: dict) -> str:
         sizes = list(r.get("fusion_workspaces", {}))
         groups = f", rank 0 logged groups of {' and '.join(sizes)}" if sizes else ""
     graphs = f"; graphs: {summary(r['fused_graphs'])}" if r.get("fused_graphs") else ""
+    graphs += "; breakable CUDA graphs (no torch.compile)" if _breakable(r) else ""
     return (f"{r['fuse_allreduce_rms']}, {'built' if r['fusion_workspace'] else 'not built'}"
             + groups + graphs)
 
@@ -1124,16 +1127,31 @@ def _full_tp_fusion(r: dict) -> tuple[bool, str]:
     return False, " (fusion asked for, no full-TP graph fused)"
 
 
+def _breakable(r: dict) -> bool:
+    """Whether the row ran breakable CUDA graphs (0.34.0 turns them on for Qwen3.5 on CUDA).
+    Rows recorded before the field: piecewise graphs without torch.compile are those."""
+    if "breakable_cudagraph" in r:
+        return r["breakable_cudagraph"]
+    return r.get("compile_mode") == "0" and "PIECEWISE" in (r.get("cudagraph_mode") or "")
+
+
 def _both_models_ran(r: dict, name: str) -> bool:
     """A Shift row proves Shift only if both modes had steps in the workload (the scheduler's
     count, ``shift_steps``) and every rank called its SP model (``shift_calls``: a prefill
     chunk is never a full CUDA graph). A rank's full-TP calls are reported, not judged:
-    decodes replay the full graphs captured through that model and may call no Python. Rows
-    before the scheduler's count: both per rank. Any other layout passes."""
+    decodes replay the full graphs captured through that model and may call no Python.
+    Breakable CUDA graphs also replay prefill steps up to the largest capture size, each
+    captured through the model of its size's mode: there every rank must have captured
+    through both models (``shift_calls_at_start``). Rows before the scheduler's count: both
+    per rank. Any other layout passes."""
     if not LAYOUTS[name.partition("+")[0]][2]:
         return True
     calls = r.get("shift_calls") or []
-    if not calls or not all(c.get("sp", 0) > 0 for c in calls):
+    if _breakable(r) and "shift_steps" in r:
+        calls = r.get("shift_calls_at_start") or []
+        if not calls or not all(c.get(m, 0) > 0 for c in calls for m in ("sp", "full_tp")):
+            return False
+    elif not calls or not all(c.get("sp", 0) > 0 for c in calls):
         return False
     if "shift_steps" in r:
         return all(r["shift_steps"].get(m, 0) > 0 for m in ("sp", "full_tp"))
