@@ -9,6 +9,8 @@
 #   (env -u OUT setsid bash benchmarks/session.sh run PLAN PARTS_DIR [RESUME] \
 #      > /dev/null 2>&1 < /dev/null &) && bash benchmarks/session.sh wait 500
 #   next calls: cd /root/work && bash benchmarks/session.sh wait 500
+#   PLAN_UNTIL=$(( $(date +%s) + SECONDS_LEFT )) before `setsid`: a plan's `fits` steps run
+#   only if they can finish before then
 #   what a plan would run, on any machine: BENCH_DIR=/tmp/bd bash benchmarks/session.sh \
 #      dry PLAN [RESUME]
 #
@@ -35,6 +37,17 @@ step() {
   else
     echo "!! $name failed $(date +%T)" >> "$res/progress.log"
   fi
+}
+
+# fits MINUTES: whether a step that must finish within one lease to count (A B B A servers)
+# can still finish before PLAN_UNTIL (epoch seconds the lease's device time ends, set at the
+# launch); true when unset or in a dry run.  A step it holds back stays undone for the next.
+fits() {
+  [[ -z ${PLAN_UNTIL:-} || ${BENCH_DRY_RUN:-} == 1 ]] && return 0
+  (( $(date +%s) + $1 * 60 <= PLAN_UNTIL )) && return 0
+  echo "== held back for a longer lease: $1 min, $(( (PLAN_UNTIL - $(date +%s)) / 60 )) left" \
+    "$(date +%T)" >> "$res/progress.log"
+  return 1
 }
 
 # release V: a plan's first line (`release 0.26.0 || return 0`), naming the vLLM release its
