@@ -128,6 +128,46 @@ def test_padding_never_crosses_the_threshold(llama, sp, threshold):
     assert shift.step_stats(engine_config(llama, sequence_parallel_size=sp), 5) is None
 
 
+@pytest.mark.skipif(tuple(int(x) for x in VERSION.split(".")) < (0, 34),
+                    reason="prefill graph sizes apart from the shared ones are new in vLLM 0.34")
+@pytest.mark.parametrize("prefill", [{"max_prefill_cudagraph_capture_tokens": 2048},
+                                     {"prefill_cudagraph_capture_token_sizes":
+                                      [1, 3, 100, 512, 1000]}])
+def test_prefill_graph_sizes_set_apart_keep_the_threshold(llama, prefill):
+    """0.34 resolves prefill graph sizes of their own where the user sets them
+    or their cap (its deprecation warning asks for that) or Blackwell widens
+    them, never through the shared sizes' path: the threshold is added there
+    too, so the contract above holds on the sizes the V2 runner's prefill
+    graphs pad to; a second resolution keeps them."""
+    from vllm.config import CUDAGraphMode
+    from vllm.distributed import shift
+
+    sp = 2
+    cfg = engine_config(llama, sequence_parallel_size=sp, shift_parallel=True,
+                        shift_parallel_threshold=300, max_num_batched_tokens=2048,
+                        max_num_seqs=64, compilation_config=prefill)
+    cc = cfg.compilation_config
+    cfg.model_config.enforce_eager = False         # vLLM's sizing on a GPU
+    cc.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    cc.cudagraph_capture_sizes, cc.max_cudagraph_capture_size = None, None
+    cfg._set_cudagraph_sizes()
+    sizes = cc.prefill_cudagraph_capture_token_sizes
+    t = shift.effective_threshold(cfg)
+    assert t == 300 and t in sizes, sizes
+    # above the threshold the V2 runner keeps the sizes SP divides (ulysses.keep_unpadded)
+    kept = [s for s in sizes if s <= t or s % sp == 0]
+
+    def padded(n):
+        n = n if n <= t else -(-n // sp) * sp
+        return next((s for s in kept if s >= n), n)
+
+    for n in range(1, 2049):
+        mode, _ = shift.step_stats(cfg, n)
+        assert (mode == "full_tp") == (padded(n) <= t), (n, padded(n))
+    cfg._set_cudagraph_sizes()
+    assert cc.prefill_cudagraph_capture_token_sizes == sizes
+
+
 def test_cli_rejects_shift_without_sp(llama):
     """`vllm serve --shift-parallel` without SP exits before any worker starts."""
     out = cli_rejects(llama, ["--shift-parallel"])

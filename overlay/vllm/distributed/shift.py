@@ -198,6 +198,19 @@ def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     return sizes
 
 
+def prefill_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
+    """vLLM 0.34's prefill graphs (``prefill_cudagraph_capture_token_sizes``)
+    take the sizes above (``capture_sizes``) unless the user sets them or
+    their cap (as 0.34's deprecation warning asks) or the platform widens
+    them (Blackwell's grid up to 8192 tokens): then add the threshold to
+    them as well, so a step at or below it still never pads past it and the
+    scheduler's per-mode counts stay the workers' choice."""
+    if not enabled(config) or not sizes:
+        return sizes
+    t = effective_threshold(config)
+    return sorted({*sizes, t}) if t < max(sizes) else sizes
+
+
 def _ranges(sizes: list[int]) -> str:
     if not sizes:
         return "none"
