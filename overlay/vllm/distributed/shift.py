@@ -190,8 +190,7 @@ def capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     if cc.max_cudagraph_capture_size is None and cc.cudagraph_capture_sizes is None:
         full_tp_max = max(sizes) // config.parallel_config.sequence_parallel_size
         sizes = [s for s in sizes if s <= full_tp_max or s > t] or sizes[:1]
-    if t < max(sizes) and t not in sizes:
-        sizes = sorted(sizes + [t])
+    sizes = _with_threshold(sizes, t)
     full_tp = [s for s in sizes if s <= t]
     logger.info("Shift parallelism: threshold %d tokens; CUDA graphs: full TP for %s, "
                 "SP for %s", t, _ranges(full_tp), _ranges([s for s in sizes if s > t]))
@@ -207,7 +206,11 @@ def prefill_capture_sizes(config: VllmConfig, sizes: list[int]) -> list[int]:
     scheduler's per-mode counts stay the workers' choice."""
     if not enabled(config) or not sizes:
         return sizes
-    t = effective_threshold(config)
+    return _with_threshold(sizes, effective_threshold(config))
+
+
+def _with_threshold(sizes: list[int], t: int) -> list[int]:
+    """The sorted sizes with the threshold among them when a larger one exists."""
     return sorted({*sizes, t}) if t < max(sizes) else sizes
 
 
