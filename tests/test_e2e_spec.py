@@ -30,7 +30,9 @@ states from both target models:
 * MTP on a hybrid target (Qwen3-Next's layer over its Gated-DeltaNet
   layers, bfloat16), ``-sp 2`` and ``-sp 2 --shift-parallel``: SP drafter
   and full-TP drafter, and the GDN layers' verify steps in both modes
-  (held between upstream's TP=1 and TP=2 with the same MTP).
+  (held between upstream's TP=1 and TP=2 with the same MTP);
+* MTP on Qwen3.5 (its multimodal class, M-RoPE positions), ``-sp 2`` and
+  ``-sp 2 --shift-parallel``, held the same way.
 """
 
 from __future__ import annotations
@@ -39,9 +41,15 @@ import pytest
 
 from harness import suffix
 from harness.compare import assert_between, assert_same
-from harness.drafters import make_eagle, make_eagle3, make_mimo, make_qwen3_next_mtp
+from harness.drafters import (
+    make_eagle,
+    make_eagle3,
+    make_mimo,
+    make_qwen3_5_mtp,
+    make_qwen3_next_mtp,
+)
 from harness.engine import run_engine
-from harness.models import GDN, make_qwen3_next
+from harness.models import GDN, make_qwen3_next, make_vl_model
 from harness.workload import BLOCK, LONG, PROMPTS
 
 pytestmark = pytest.mark.e2e
@@ -192,4 +200,34 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     got = run_hybrid(sp=2, shift_parallel=True, shift_parallel_threshold=12)
     assert_between(ref, tp2, got, what="hybrid MTP, SP=2 shift between TP=1 and TP=2")
     assert got.spec["accepted"] > 0, got.spec
+    check_served(got, 2, 5)
+
+
+def test_mtp_on_qwen3_5_under_sp_and_shift(models_dir):
+    """Qwen3.5's MTP layer (k=1) over its multimodal class, text prompts: the drafter
+    takes the target's hidden states and M-RoPE positions (three rows), sliced with the
+    tokens for the SP drafter under -sp, whole for the full-TP drafter under Shift.  Held
+    between upstream's TP=1 and TP=2 with the same MTP, as Qwen3-Next's above; its drafts
+    are accepted only where each got its own token's hidden state (the quiet layer predicts
+    from it, so the positions are run, not judged, by acceptance).  Its processor needs the
+    tokenizer, though the prompts are token ids."""
+    model = make_qwen3_5_mtp(models_dir, make_vl_model(models_dir, "qwen3_5_vl",
+                                                         dtype="bfloat16"))
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS_SPEC[2], PROMPTS[3], LONG]
+
+    def go(**kw):
+        return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=64,
+                          max_model_len=192, enable_prefix_caching=False,
+                          block_size=BLOCK, max_num_seqs=8,
+                          speculative_config=dict(method="mtp", num_speculative_tokens=1),
+                          skip_tokenizer_init=False, limit_mm_per_prompt={"image": 1, "video": 0},
+                          **GDN, **kw)
+
+    ref, tp2 = go(), go(tp=2)
+    assert ref.spec["accepted"] > 0 and tp2.spec["accepted"] > 0, (ref.spec, tp2.spec)
+    for kw in (dict(), dict(shift_parallel=True, shift_parallel_threshold=12)):
+        got = go(sp=2, **kw)
+        what = f"Qwen3.5 MTP, SP=2 {'shift ' if kw else ''}between TP=1 and TP=2"
+        assert_between(ref, tp2, got, what=what)
+        assert got.spec["accepted"] > 0, (what, got.spec)
     check_served(got, 2, 5)

@@ -1,6 +1,7 @@
 """Speculative drafters for the random targets of ``models`` (and of the GPU harness,
 benchmarks/equivalence.py): EAGLE and EAGLE-3 heads, and checkpoints with one
-multi-token-prediction (MTP) layer (MiMo's, Qwen3-Next's, DeepSeek-V3's and GLM-4.5's).
+multi-token-prediction (MTP) layer (MiMo's, Qwen3-Next's and Qwen3.5's, DeepSeek-V3's and
+GLM-4.5's).
 
 Random drafters would propose random tokens and have nothing accepted, so
 each is built to *predict like its target*: it reads the target's last
@@ -225,27 +226,32 @@ def make_mimo_config_mtp2(root: Path) -> Path:
 
 def write_qwen3_next_mtp(path: Path, target: Path, noise, *, fc_std: float = 0.02,
                          scale: float = 1.0) -> Path:
-    """``target`` (a Qwen3-Next checkpoint) with the MTP layer Qwen3-Next ships
-    (``mtp.*``: a gated full-attention MoE decoder layer behind ``fc``), at ``path`` (kept if
-    there), served with ``method: mtp``.  The layer is a copy of the target's last
-    full-attention layer, so its shapes and MoE are the target's own, its outputs times
-    ``scale``; ``fc`` (noise times ``fc_std``) picks the target's hidden state."""
+    """``target`` (a Qwen3-Next checkpoint, or a Qwen3.5 one: its multimodal class, the
+    decoder under ``model.language_model``) with the MTP layer both ship (``mtp.*``: a gated
+    full-attention decoder layer behind ``fc``), at ``path`` (kept if there), served with
+    ``method: mtp``.  The layer is a copy of the target's last full-attention layer, so its
+    shapes and MLP or MoE are the target's own, its outputs times ``scale``; ``fc`` (noise
+    times ``fc_std``) picks the target's hidden state."""
     import torch
 
     if (path / "config.json").exists():
         return path
     cfg = json.loads((target / "config.json").read_text())
-    h = cfg["hidden_size"]
-    full = max(i for i, t in enumerate(cfg["layer_types"]) if t == "full_attention")
+    text = cfg.get("text_config", cfg)
+    decoder = "model.language_model." if "text_config" in cfg else "model."
+    h = text["hidden_size"]
+    full = max(i for i, t in enumerate(text["layer_types"]) if t == "full_attention")
     weights = tensors(target)
-    src = f"model.layers.{full}."
+    src = f"{decoder}layers.{full}."
     t = quiet({"mtp.layers.0." + k[len(src):]: v.clone() for k, v in weights.items()
                if k.startswith(src)}, scale)
     t["mtp.fc.weight"] = picks(noise(40, h, 2 * h) * fc_std, h)   # [embedding | hidden]
-    t["mtp.norm.weight"] = weights["model.norm.weight"].clone()
+    t["mtp.norm.weight"] = weights[decoder + "norm.weight"].clone()
     for n in ("pre_fc_norm_hidden", "pre_fc_norm_embedding"):
-        t[f"mtp.{n}.weight"] = torch.zeros(h)   # Qwen3-Next's norms scale by 1 + weight
-    cfg["num_nextn_predict_layers"] = 1
+        t[f"mtp.{n}.weight"] = torch.zeros(h)   # these norms scale by 1 + weight
+    # (Qwen3.5 counts its MTP layers in mtp_num_hidden_layers, Qwen3-Next in
+    # num_nextn_predict_layers.)
+    text["mtp_num_hidden_layers" if text is not cfg else "num_nextn_predict_layers"] = 1
     return write_mtp(path, target, weights, t, cfg)
 
 
@@ -280,6 +286,27 @@ def write_deepseek_mtp(path: Path, target: Path, noise, *, fc_std: float = 0.02,
     t[p + "shared_head.head.weight"] = weights["lm_head.weight"].clone()
     cfg["num_nextn_predict_layers"] = 1
     return write_mtp(path, target, weights, t, cfg)
+
+
+def make_qwen3_5_mtp(root: Path, target: Path) -> Path:
+    """``write_qwen3_next_mtp`` for a Qwen3.5 checkpoint of ``models``
+    (``make_vl_model(..., "qwen3_5_vl")``), over a copy of it that repeats itself: its LM
+    head its token embedding, the embedding doubled, so that the current token wins about
+    half the steps (as made, this random model repeated no token and no draft was
+    accepted).  The layer is quiet (``fc`` noise of 1e-4, outputs times 0.02), so that it
+    predicts what the target does where it repeats."""
+    path = Path(root) / f"{target.name}-mtp1"
+    if (path / "config.json").exists():
+        return path
+    repeating = Path(root) / f"{target.name}-repeat"
+    if not (repeating / "config.json").exists():
+        weights = tensors(target)
+        emb = weights["model.language_model.embed_tokens.weight"]
+        weights["lm_head.weight"] = emb.clone()
+        weights["model.language_model.embed_tokens.weight"] = emb * 2
+        write_mtp(repeating, target, weights, {},
+                  json.loads((target / "config.json").read_text()))
+    return write_qwen3_next_mtp(path, repeating, seeded(0), fc_std=1e-4, scale=0.02)
 
 
 def make_deepseek_mtp(root: Path, target: Path) -> Path:
