@@ -221,7 +221,7 @@ FAMILIES: dict[str, dict] = {
     # rotary 0.25, interleaved M-RoPE [11, 11, 10], the recurrent state in
     # float32 (its mamba_ssm_dtype); a Qwen3-VL-style vision tower (16 heads
     # of 72, 16-pixel patches merged 2x2, no deepstack).
-    "qwen3_5": dict(vl="qwen3_5_vl", gdn=True, text=dict(
+    "qwen3_5": dict(vl="qwen3_5_vl", gdn=True, drafters=("mtp",), text=dict(
         hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=24,
         num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=48,
         linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
@@ -499,9 +499,9 @@ def make_drafter(family: str, ckpt: Path, spec: str, seed: int = 0) -> Path:
     if spec == "eagle3":
         return drafters.write_eagle3(out, target, noise, std=0.005, fc_std=1e-4)
     # MTP: the target's checkpoint with the MTP layer its family ships, picking the hidden
-    # state (Qwen3-Next's mtp.*; GLM-4.5's and DeepSeek-V3's layer num_hidden_layers, MLA
-    # in DeepSeek's).
-    if family == "qwen3_next":
+    # state (Qwen3-Next's and Qwen3.5's mtp.*; GLM-4.5's and DeepSeek-V3's layer
+    # num_hidden_layers, MLA in DeepSeek's).
+    if family in ("qwen3_next", "qwen3_5"):
         return drafters.write_qwen3_next_mtp(out, target, noise, fc_std=1e-4, scale=0.02)
     if family in ("glm4_moe", "deepseek_v3"):
         return drafters.write_deepseek_mtp(out, target, noise, fc_std=1e-4, scale=0.02,
@@ -536,14 +536,15 @@ def make_repeating(family: str, ckpt: Path) -> Path:
     if (out / "config.json").exists():
         return out
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    model = getattr(transformers, FAMILIES[family]["cls"]).from_pretrained(
-        ckpt, dtype=torch.bfloat16).to(dev)
+    cls = FAMILIES[family].get("cls") or json.loads(
+        (ckpt / "config.json").read_text())["architectures"][0]      # (a multimodal class)
+    model = getattr(transformers, cls).from_pretrained(ckpt, dtype=torch.bfloat16).to(dev)
     emb = model.get_input_embeddings().weight.data.clone()
     rng = random.Random(3)
     ps = [torch.tensor([[rng.randrange(3, VOCAB) for _ in range(n)]], device=dev)
           for n in (17, 60, 120)]
     seen = {}
-    hook = model.model.norm.register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
+    hook = model.get_decoder().norm.register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
     with torch.no_grad():
         model(ps[-1])
     hook.remove()

@@ -74,6 +74,9 @@ source "$here/benchmarks/plans/one-gpu-shared.sh"
 # the same drafter; SP=2's float32 twin names rounding.  vLLM's capture sizes, as its
 # speculative rows had.
 EQ_CAPTURE_SIZES= eq eq_llama_draft_spread llama tp2+draft sp2+draft32
+# Qwen3.5's MTP layer under Shift (0.34.0 captures it in breakable CUDA graphs, as the
+# target), against TP=1 and TP=2 with the same MTP, as Qwen3-Next's above.
+eq eq_qwen3_5_mtp qwen3_5 tp1+mtp shift+mtp tp2+mtp
 PLAN_FAMILIES=
 # shellcheck source=one-gpu-shared.sh
 source "$here/benchmarks/plans/one-gpu-shared.sh"
