@@ -18,9 +18,10 @@ from harness.drafters import (
     make_eagle3,
     make_mimo,
     make_mimo_config_mtp2,
+    make_qwen3_5_mtp,
     make_qwen3_next_mtp,
 )
-from harness.models import make_qwen3_next
+from harness.models import make_qwen3_next, make_vl_model
 from harness.repo import VERSION
 
 # vLLM 0.34 deleted the V1 runner: its V2 speculators say whether SP lays
@@ -227,12 +228,17 @@ def test_new_methods_refused_naming_them(llama, tmp_path, method):
 
 
 @pytest.mark.parametrize("shift", [False, True])
-def test_hybrid_target_speculates_with_its_mtp(models_dir, shift):
-    """Qwen3-Next's MTP layer (attention and MoE, no GDN) runs in the
-    target's layout like any drafter."""
-    target = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
+@pytest.mark.parametrize("family", ["qwen3_next", "qwen3_5"])
+def test_hybrid_target_speculates_with_its_mtp(models_dir, family, shift):
+    """Qwen3-Next's MTP layer (attention and MoE, no GDN), and Qwen3.5's over
+    its multimodal class, runs in the target's layout like any drafter."""
+    if family == "qwen3_next":
+        target = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
+    else:
+        target = make_qwen3_5_mtp(models_dir, make_vl_model(models_dir, "qwen3_5_vl",
+                                                              dtype="bfloat16"))
     cfg = engine_config(target, sequence_parallel_size=2, shift_parallel=shift,
-                        speculative_config=dict(method="qwen3_next_mtp",
+                        speculative_config=dict(method=f"{family}_mtp",
                                                 num_speculative_tokens=1))
     assert cfg.speculative_config.method == "mtp"
     draft = cfg.speculative_config.draft_parallel_config
