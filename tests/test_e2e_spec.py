@@ -182,25 +182,7 @@ def test_mtp_on_hybrid_under_sp_and_shift(models_dir):
     Prefix caching is off: with speculation, vLLM 0.26's CPU engine cannot
     keep a hybrid's cached states (its 'align' step is a Triton kernel)."""
     model = make_qwen3_next_mtp(models_dir, make_qwen3_next(models_dir))
-    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS_SPEC[2], PROMPTS[3], LONG]
-
-    def run_hybrid(**kw):
-        return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=64,
-                          max_model_len=192, enable_prefix_caching=False,
-                          block_size=BLOCK, max_num_seqs=8,
-                          speculative_config=dict(method="qwen3_next_mtp",
-                                                  num_speculative_tokens=1),
-                          **GDN, **kw)
-
-    ref, tp2 = run_hybrid(), run_hybrid(tp=2)
-    assert ref.spec["accepted"] > 0 and tp2.spec["accepted"] > 0, (ref.spec, tp2.spec)
-    got = run_hybrid(sp=2)
-    assert_between(ref, tp2, got, what="hybrid MTP, SP=2 between TP=1 and TP=2")
-    assert got.spec["accepted"] > 0, got.spec
-    got = run_hybrid(sp=2, shift_parallel=True, shift_parallel_threshold=12)
-    assert_between(ref, tp2, got, what="hybrid MTP, SP=2 shift between TP=1 and TP=2")
-    assert got.spec["accepted"] > 0, got.spec
-    check_served(got, 2, 5)
+    check_hybrid_mtp(model, "qwen3_next_mtp", "hybrid MTP")
 
 
 def test_mtp_on_qwen3_5_under_sp_and_shift(models_dir):
@@ -213,21 +195,27 @@ def test_mtp_on_qwen3_5_under_sp_and_shift(models_dir):
     tokenizer, though the prompts are token ids."""
     model = make_qwen3_5_mtp(models_dir, make_vl_model(models_dir, "qwen3_5_vl",
                                                          dtype="bfloat16"))
+    check_hybrid_mtp(model, "mtp", "Qwen3.5 MTP", skip_tokenizer_init=False,
+                     limit_mm_per_prompt={"image": 1, "video": 0})
+
+
+def check_hybrid_mtp(model, method: str, name: str, **engine):
+    """A hybrid target with its MTP layer (k=1) at SP=2 and under Shift at SP=2, each held
+    between upstream's TP=1 and TP=2 with the same MTP, its drafts accepted."""
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS_SPEC[2], PROMPTS[3], LONG]
 
     def go(**kw):
         return run_engine(model, prompts, max_tokens=24, max_num_batched_tokens=64,
                           max_model_len=192, enable_prefix_caching=False,
                           block_size=BLOCK, max_num_seqs=8,
-                          speculative_config=dict(method="mtp", num_speculative_tokens=1),
-                          skip_tokenizer_init=False, limit_mm_per_prompt={"image": 1, "video": 0},
-                          **GDN, **kw)
+                          speculative_config=dict(method=method, num_speculative_tokens=1),
+                          **GDN, **engine, **kw)
 
     ref, tp2 = go(), go(tp=2)
     assert ref.spec["accepted"] > 0 and tp2.spec["accepted"] > 0, (ref.spec, tp2.spec)
     for kw in (dict(), dict(shift_parallel=True, shift_parallel_threshold=12)):
         got = go(sp=2, **kw)
-        what = f"Qwen3.5 MTP, SP=2 {'shift ' if kw else ''}between TP=1 and TP=2"
+        what = f"{name}, SP=2 {'shift ' if kw else ''}between TP=1 and TP=2"
         assert_between(ref, tp2, got, what=what)
         assert got.spec["accepted"] > 0, (what, got.spec)
     check_served(got, 2, 5)
