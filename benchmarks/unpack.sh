@@ -9,7 +9,9 @@
 # verdict, the versions that decide the GPU paths, the install's lock, and
 # smoke.py's verdict on the install (torch imports, a CUDA matmul, an NCCL
 # all-reduce over 2 GPUs): `smoke: ok`, else this script fails with one line
-# and session.sh runs no plan on the install.
+# and session.sh runs no plan on the install.  --no-compile: Python writes the
+# bytecode of what a run imports when it first imports it, instead of pip
+# compiling every module of the environment inside the lease's install minutes.
 set -euo pipefail
 parts=$1; report=${2:-$1/env.txt}
 # where a lease's install minutes go, one line a phase
@@ -27,11 +29,11 @@ if [[ -f $work/bundle/overrides.txt ]]; then
   # A pin of the official wheel the index cannot satisfy (stage.py): the dependencies
   # resolved for ours, the official wheel without its own; pip check names the pin.
   grep -v "kept from the image" "$work/bundle/lock.txt" | cut -d' ' -f1 > "$work/added.txt"
-  python3 -m pip install -q --no-index --no-cache-dir --find-links "$work/bundle/deps" \
+  python3 -m pip install -q --no-index --no-cache-dir --no-compile --find-links "$work/bundle/deps" \
     -r "$work/added.txt"
-  python3 -m pip install -q --no-index --no-cache-dir --no-deps "$work"/bundle/vllm-*.whl
+  python3 -m pip install -q --no-index --no-cache-dir --no-compile --no-deps "$work"/bundle/vllm-*.whl
 else
-  python3 -m pip install -q --no-index --no-cache-dir --find-links "$work/bundle/deps" \
+  python3 -m pip install -q --no-index --no-cache-dir --no-compile --find-links "$work/bundle/deps" \
     "$work"/bundle/vllm-*.whl
 fi
 stamp "pip check and versions"
