@@ -265,17 +265,17 @@ def main() -> None:
     print(f"stage.py: ours = official + {len(changed)} changed/added files - {len(deleted)} "
           f"deleted -> {buf} ({buf.stat().st_size // 1024} KiB)")
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
-    if args.results_aside:
-        print(f"stage.py: mv benchmarks/results {ASIDE}; {parts} device calls, one a part; "
-              f"mv {ASIDE} benchmarks/results; one more call carries "
-              + ", ".join(f"{rel}/{e}" for e in extras))
-    else:
-        print(f"stage.py: {parts} device calls, one a part; the last one also carries "
-              + ", ".join(f"{rel}/{e}" for e in extras))
     caches = stage_caches(version)
-    print(f"stage.py: {len(caches)} more calls before the last: the JIT caches of earlier "
-          "leases" + "".join(f"\n  {c}" for c in caches))
-
+    cache_calls = "".join(f"\n  {c}" for c in caches)
+    last = "one more call carries " + ", ".join(f"{rel}/{e}" for e in extras)
+    if args.results_aside:
+        # each cache group is sized to one call beside the bare tree, not beside the results
+        print(f"stage.py: mv benchmarks/results {ASIDE}; {parts} device calls, one a part; "
+              f"{len(caches)} calls, the JIT caches of earlier leases:{cache_calls}\n"
+              f"stage.py: mv {ASIDE} benchmarks/results; {last}")
+    else:
+        print(f"stage.py: {parts} device calls, one a part; {len(caches)} more, the JIT caches "
+              f"of earlier leases:{cache_calls}\nstage.py: {last}")
 
 if __name__ == "__main__":
     main()
