@@ -277,5 +277,6 @@ def main() -> None:
         print(f"stage.py: {parts} device calls, one a part; {len(caches)} more, the JIT caches "
               f"of earlier leases:{cache_calls}\nstage.py: {last}")
 
+
 if __name__ == "__main__":
     main()
