@@ -267,15 +267,19 @@ def main() -> None:
     rel = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
     caches = stage_caches(version)
     cache_calls = "".join(f"\n  {c}" for c in caches)
-    last = "one more call carries " + ", ".join(f"{rel}/{e}" for e in extras)
+    carried = ", ".join(f"{rel}/{e}" for e in extras)
     if args.results_aside:
         # each cache group is sized to one call beside the bare tree, not beside the results
         print(f"stage.py: mv benchmarks/results {ASIDE}; {parts} device calls, one a part; "
               f"{len(caches)} calls, the JIT caches of earlier leases:{cache_calls}\n"
-              f"stage.py: mv {ASIDE} benchmarks/results; {last}")
+              f"stage.py: mv {ASIDE} benchmarks/results; one more call carries {carried}")
     else:
-        print(f"stage.py: {parts} device calls, one a part; {len(caches)} more, the JIT caches "
-              f"of earlier leases:{cache_calls}\nstage.py: {last}")
+        # the parts leave room for the extras, so the last part's call carries them
+        print(f"stage.py: {parts} device calls, one a part; before the last of them, "
+              f"{len(caches)} calls, the JIT caches of earlier leases, each with "
+              f"benchmarks/results out of the tree (beside it a group passes 64 MiB):"
+              f"{cache_calls}\n"
+              f"stage.py: the last part's call also carries {carried}")
 
 
 if __name__ == "__main__":
